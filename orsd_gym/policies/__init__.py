@@ -1,0 +1,1 @@
+"""The generic LLM-policy interface and its backends."""

@@ -1,0 +1,1 @@
+"""Multi-turn rollouts over (vector) envs, producing token-level Trajectories."""

@@ -1,0 +1,96 @@
+"""`Trajectory`: one episode as one token sequence, the unit every algorithm learns from.
+
+Masks are made by construction while the episode is played (see `orsd_gym.rollout`):
+model-sampled tokens get ``loss_mask == 1`` and their sampling log-probs; the prompt, the chat
+template's bridges and the env's observations get ``loss_mask == 0`` (log-prob 0.0).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+SpanKind = Literal["prompt", "model", "env"]
+
+
+@dataclass
+class TurnSpan:
+    """A half-open token range ``[start, end)`` of the trajectory and who produced it."""
+
+    kind: SpanKind
+    start: int
+    end: int
+
+
+@dataclass
+class Trajectory:
+    """One episode: tokens, masks, log-probs and what the env said, for one attempt at a task."""
+
+    token_ids: list[int]
+    loss_mask: list[int]
+    logprobs: list[float]
+    spans: list[TurnSpan]
+    #: Environment reward after each action (one entry per env step).
+    rewards: list[float]
+    #: The env's info dict after each step (JSON-safe copies), reset info first.
+    infos: list[dict[str, Any]]
+    #: Decoded text of each model turn, the action sent to the env, and each observation
+    #: (observations[0] is the first one); rubric prompts render attempts from these.
+    model_turns: list[str]
+    actions: list[str]
+    observations: list[str]
+    task: str
+    env_id: str
+    task_id: int
+    seed: int
+    group_id: int
+    success: bool = False
+    terminated: bool = False
+    truncated: bool = False
+    #: True for each model turn whose action could be parsed.
+    format_valid: list[bool] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def episode_return(self) -> float:
+        return float(sum(self.rewards))
+
+    @property
+    def num_turns(self) -> int:
+        return len(self.actions)
+
+    def model_spans(self) -> list[TurnSpan]:
+        return [span for span in self.spans if span.kind == "model"]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Trajectory:
+        data = dict(data)
+        data["spans"] = [TurnSpan(**span) for span in data["spans"]]
+        return cls(**data)
+
+
+def save_jsonl(trajectories: Iterable[Trajectory], path: str | Path) -> None:
+    """Write one JSON object per trajectory."""
+    with open(path, "w", encoding="utf-8") as handle:
+        for trajectory in trajectories:
+            handle.write(json.dumps(trajectory.to_dict(), ensure_ascii=False) + "\n")
+
+
+def load_jsonl(path: str | Path) -> list[Trajectory]:
+    """Read trajectories written by `save_jsonl`."""
+    with open(path, encoding="utf-8") as handle:
+        return [Trajectory.from_dict(json.loads(line)) for line in handle if line.strip()]
+
+
+def group_by(trajectories: Sequence[Trajectory]) -> dict[int, list[Trajectory]]:
+    """Trajectories keyed by ``group_id`` (GRPO groups), in first-seen order."""
+    groups: dict[int, list[Trajectory]] = {}
+    for trajectory in trajectories:
+        groups.setdefault(trajectory.group_id, []).append(trajectory)
+    return groups

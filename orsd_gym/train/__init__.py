@@ -1,0 +1,1 @@
+"""Trainer loop, configs, checkpoints, metrics."""

@@ -1,0 +1,21 @@
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = ROOT.parent / "shared" / "data"
+sys.path.insert(0, str(Path(__file__).parent))  # tests/contract.py
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """The read-only public benchmark data beside the repository (../shared/data)."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"public benchmark data not found at {SHARED_DATA} (only present in the team's workspace)")
+    return SHARED_DATA

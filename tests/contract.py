@@ -1,0 +1,86 @@
+"""Reusable checks of DESIGN.md's text-env contract; every env's tests call these."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import gymnasium as gym
+from gymnasium.utils.env_checker import check_env
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from orsd_gym.envs import UnicodeText
+
+REQUIRED_INFO_KEYS = ("task", "task_id", "won", "is_valid_action", "admissible_actions")
+
+
+def assert_info_contract(info: dict) -> None:
+    for key in REQUIRED_INFO_KEYS:
+        assert key in info, f"info lacks {key!r}: {sorted(info)}"
+    assert isinstance(info["task"], str) and info["task"]
+    assert isinstance(info["task_id"], int)
+    assert isinstance(info["won"], bool)
+    assert isinstance(info["is_valid_action"], bool)
+    assert isinstance(info["admissible_actions"], list)
+    assert all(isinstance(a, str) for a in info["admissible_actions"])
+
+
+def assert_spaces_and_checker(env: gym.Env) -> None:
+    assert isinstance(env.observation_space, UnicodeText)
+    assert isinstance(env.action_space, UnicodeText)
+    assert isinstance(env.observation_space, gym.spaces.Text)
+    check_env(env.unwrapped, skip_render_check=True)
+
+
+def assert_seed_determinism(make_env: Callable[[], gym.Env], seeds=(0, 1, 7)) -> None:
+    first, second = make_env(), make_env()
+    try:
+        for seed in seeds:
+            obs_a, info_a = first.reset(seed=seed)
+            obs_b, info_b = second.reset(seed=seed)
+            assert obs_a == obs_b, f"seed {seed}: first observations differ"
+            assert info_a["task_id"] == info_b["task_id"]
+            assert info_a["task"] == info_b["task"]
+            assert_info_contract(info_a)
+    finally:
+        first.close()
+        second.close()
+
+
+def assert_task_id_option(env: gym.Env) -> None:
+    tasks = env.unwrapped.tasks
+    assert len(tasks) > 0
+    for task_id in sorted({0, len(tasks) - 1}):
+        _, info = env.reset(options={"task_id": task_id})
+        assert info["task_id"] == task_id
+
+
+#: Strings a fuzzer should try: empty, whitespace, unicode, control chars, near-commands.
+ACTION_STRATEGY = st.one_of(
+    st.text(max_size=60),
+    st.sampled_from(["", " ", "\n", "look", "go to", "click[", "search[]", "put  in ", "\x00\x1b[31m"]),
+    st.text(alphabet=st.characters(codec="utf-8"), min_size=1, max_size=20).map(lambda s: s * 500),
+)
+
+
+def fuzz_invalid_actions_are_noops(env: gym.Env, *, seed: int = 0, max_examples: int = 40) -> None:
+    """Random strings never raise; an action reported invalid leaves the observation stream
+    unchanged apart from the feedback line and the admissible actions unchanged."""
+    env.reset(seed=seed)
+
+    @settings(max_examples=max_examples, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(action=ACTION_STRATEGY)
+    def check(action: str) -> None:
+        before = list(env.unwrapped.admissible_actions())
+        if action in before:
+            return
+        obs, reward, terminated, truncated, info = env.step(action)
+        assert isinstance(obs, str) and env.observation_space.contains(obs)
+        assert_info_contract(info)
+        if not info["is_valid_action"]:
+            assert reward == 0.0 and not terminated
+            assert list(env.unwrapped.admissible_actions()) == before
+        if terminated or truncated:
+            env.reset(seed=seed)
+
+    check()
