@@ -71,13 +71,22 @@ class Policy(Protocol):
         *,
         with_grad: bool = False,
         return_entropy: bool = False,
+        temperature: float = 1.0,
     ) -> list[torch.Tensor] | tuple[list[torch.Tensor], list[torch.Tensor]]:
         """Per-token log-probabilities of each sequence under the current weights.
 
         Returns one float tensor per sequence, of the sequence's length: entry ``t`` is
-        ``log p(seq[t] | seq[:t])`` (entry 0 is 0, it has no context). Positions whose loss
-        mask is 0 may be left at 0. Batched in micro-batches under a token budget. With
-        ``return_entropy`` also returns the per-token entropy of the predictive distribution.
+        ``log p(seq[t] | seq[:t])`` with logits divided by ``temperature`` (entry 0 is 0, it
+        has no context). Positions whose loss mask is 0 may be left at 0. Batched in
+        micro-batches under a token budget. With ``return_entropy`` also returns the per-token
+        entropy of the predictive distribution. With ``with_grad`` the tensors carry gradients
+        to `trainable_parameters` (the caller backpropagates micro-batch by micro-batch).
+        """
+
+    def next_token_logprobs(self, contexts: Sequence[Sequence[int]]) -> torch.Tensor:
+        """Log-softmax of the next-token distribution after each context: ``[len(contexts), vocab]``.
+
+        Used by verifiers that read P("yes") without generating. Batched like `score`.
         """
 
     def trainable_parameters(self) -> list[torch.nn.Parameter]:

@@ -43,6 +43,9 @@ class Trajectory:
     actions: list[str]
     observations: list[str]
     task: str
+    #: The chat messages rendered into the prompt span (system + first user turn), so an
+    #: algorithm can re-render the prompt with privileged context (ORSD's rubric).
+    prompt_messages: list[dict[str, str]]
     env_id: str
     task_id: int
     seed: int
