@@ -1,0 +1,176 @@
+"""The training config: one dataclass per section, loadable from YAML with dotted overrides.
+
+Example: ``orsd-gym train --config configs/alfworld_cpu.yaml algo.name=orsd optim.lr=2e-5``.
+Algorithm-specific settings live under ``algo.params`` and are validated by the chosen
+algorithm's own config dataclass (see `orsd_gym.algos`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from orsd_gym.train import configio
+from orsd_gym.train.configio import ConfigError
+
+
+@dataclass
+class LoRAConfig:
+    enabled: bool = False
+    r: int = 16
+    alpha: int = 32
+    dropout: float = 0.0
+    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+
+
+@dataclass
+class ModelConfig:
+    #: A registry name (`smollm2-135m`, `tiny-random`), a local path or a hub id.
+    name: str = "smollm2-135m"
+    device: str = "cpu"
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    lora: LoRAConfig = field(default_factory=LoRAConfig)
+    #: Model that judges attempts against rubric criteria (ORSD). None: a frozen copy of the
+    #: initial policy.
+    verifier: str | None = None
+
+
+@dataclass
+class EnvConfig:
+    id: str = "orsd_gym/ALFWorld-v0"
+    #: Constructor arguments for `gymnasium.make` (e.g. split, task_types, data_dir).
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    #: Parallel env workers; > 1 steps envs in subprocesses (`make_vec(..., "async")`).
+    num_workers: int = 1
+    max_episode_steps: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.num_workers < 1:
+            raise ValueError(f"num_workers must be >= 1, got {self.num_workers}")
+
+
+@dataclass
+class RolloutConfig:
+    #: Tasks (distinct seeds) per training iteration; each is attempted `group_size` times.
+    tasks_per_iteration: int = 4
+    group_size: int = 4
+    max_turns: int = 10
+    max_new_tokens: int = 48
+    max_episode_tokens: int = 2048
+    temperature: float = 1.0
+    top_p: float = 1.0
+    #: Keyword arguments passed through to `orsd_gym.rollout.collect` (action parser, prompt
+    #: layout, history window, ...).
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("tasks_per_iteration", "group_size", "max_turns", "max_new_tokens", "max_episode_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.top_p != 1.0:
+            # PPO ratios and ORSD's replay compare against rollout log-probs; with top-p those
+            # are log-probs of a truncated distribution that scoring cannot reproduce.
+            raise ValueError("top_p must be 1.0 for training (rollout log-probs must be reproducible by scoring)")
+
+
+@dataclass
+class AlgoConfig:
+    name: str = "grpo"
+    #: Settings of the chosen algorithm (validated by its config class).
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 1e-5
+    weight_decay: float = 0.0
+    beta1: float = 0.9
+    beta2: float = 0.999
+    grad_clip: float = 1.0
+    #: Optimisation passes over each rollout batch, and mini-batches (optimiser steps) per pass.
+    epochs: int = 1
+    minibatches: int = 1
+    #: Token budget of one forward/backward micro-batch (gradient accumulation).
+    micro_batch_tokens: int = 4096
+    scheduler: Literal["constant", "linear", "cosine"] = "constant"
+    warmup_steps: int = 0
+
+    def __post_init__(self) -> None:
+        if self.lr <= 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
+        for name in ("epochs", "minibatches", "micro_batch_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+
+@dataclass
+class TrainConfig:
+    iterations: int = 10
+    seed: int = 0
+    #: Training tasks are drawn from seeds [0, num_train_seeds).
+    num_train_seeds: int = 10_000
+    output_dir: str = "runs/default"
+    checkpoint_every: int = 1
+    keep_checkpoints: int = 3
+    #: Deterministic CPU kernels (required for bit-exact resume).
+    deterministic: bool = True
+    threads: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.iterations < 0:
+            raise ValueError(f"iterations must be >= 0, got {self.iterations}")
+        if self.checkpoint_every < 1 or self.keep_checkpoints < 1:
+            raise ValueError("checkpoint_every and keep_checkpoints must be >= 1")
+
+
+@dataclass
+class EvalConfig:
+    #: Evaluate every N iterations (and before training and at the end); 0 disables.
+    every: int = 5
+    num_tasks: int = 8
+    #: Held-out tasks are seeds [seed_base, seed_base + num_tasks): the same for every run.
+    seed_base: int = 1_000_000
+    #: Overrides of env.kwargs for evaluation (e.g. another split).
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    temperature: float = 0.0
+    group_size: int = 1
+
+
+@dataclass
+class LoggingConfig:
+    tensorboard: bool = True
+    live: bool = True
+
+
+@dataclass
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """Load and fully validate a config (including the algorithm's own parameters)."""
+    config = configio.load(Config, path, overrides)
+    validate_algo(config)
+    return config
+
+
+def validate_algo(config: Config) -> Any:
+    """Build the algorithm's config dataclass from ``algo.params`` (fails fast on bad keys)."""
+    from orsd_gym.algos import base as algos
+
+    try:
+        config_class = algos.algorithm_config_class(config.algo.name)
+    except KeyError as error:
+        raise ConfigError(f"algo.name: {error.args[0]}") from error
+    return configio.from_dict(config_class, config.algo.params, prefix="algo.params.")
+
+
+__all__ = ["Config", "ConfigError", "load_config"]

@@ -1,0 +1,152 @@
+"""Dataclass configs from YAML files and dotted command-line overrides.
+
+``load(Config, "file.yaml", ["optim.lr=1e-5", "algo.name=orsd"])`` builds a nested dataclass,
+coercing every value to its field's annotated type. A key that does not exist or a value of
+the wrong type fails fast with a `ConfigError` that names the key (and suggests the closest
+valid one), before any model is loaded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal, TypeVar, get_args, get_origin, get_type_hints
+
+import yaml
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """A config key or value is invalid; the message names the key."""
+
+
+def from_dict(cls: type[T], data: Mapping[str, Any] | None, *, prefix: str = "") -> T:
+    """Build dataclass ``cls`` from a (nested) mapping, validating keys and types."""
+    data = dict(data or {})
+    if not isinstance(data, dict):
+        raise ConfigError(f"{prefix or 'config'}: expected a mapping, got {type(data).__name__}")
+    hints = get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls) if f.init]
+    unknown = [key for key in data if key not in names]
+    if unknown:
+        key = unknown[0]
+        close = difflib.get_close_matches(str(key), names, n=1)
+        hint = f"; did you mean '{prefix}{close[0]}'?" if close else f"; valid keys: {', '.join(names)}"
+        raise ConfigError(f"unknown config key '{prefix}{key}'{hint}")
+    kwargs = {name: _coerce(hints[name], data[name], f"{prefix}{name}") for name in names if name in data}
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as error:
+        if isinstance(error, ConfigError):
+            raise
+        raise ConfigError(f"{prefix.rstrip('.') or cls.__name__}: {error}") from error
+
+
+def to_dict(config: Any) -> dict[str, Any]:
+    """A plain (YAML/JSON-safe) dict of a config dataclass."""
+    return dataclasses.asdict(config)
+
+
+def load(cls: type[T], path: str | Path | None = None, overrides: Sequence[str] = ()) -> T:
+    """Read ``path`` (YAML; optional), apply ``key.sub=value`` overrides, build ``cls``."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file {str(path)!r} does not exist")
+        try:
+            loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except yaml.YAMLError as error:
+            raise ConfigError(f"config file {str(path)!r} is not valid YAML: {error}") from error
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"config file {str(path)!r} must hold a mapping at the top level")
+        data = loaded or {}
+    for override in overrides:
+        apply_override(data, override)
+    return from_dict(cls, data)
+
+
+def apply_override(data: dict[str, Any], override: str) -> None:
+    """Set ``data[a][b] = value`` for an override ``"a.b=value"`` (value parsed as YAML)."""
+    key, sep, raw = override.partition("=")
+    key = key.strip().lstrip("-")
+    if not sep or not key:
+        raise ConfigError(f"override {override!r} must look like 'section.key=value'")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    node = data
+    parts = key.split(".")
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"override {override!r}: {part!r} is not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def _coerce(annotation: Any, value: Any, key: str) -> Any:
+    origin = get_origin(annotation)
+    args = get_args(annotation)
+    if annotation is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for option in (a for a in args if a is not type(None)):
+            try:
+                return _coerce(option, value, key)
+            except ConfigError as error:
+                errors.append(str(error))
+        raise ConfigError(errors[0] if errors else f"{key}: invalid value {value!r}")
+    if origin is Literal:
+        if value not in args:
+            raise ConfigError(f"{key}: {value!r} is not one of {', '.join(map(repr, args))}")
+        return value
+    if dataclasses.is_dataclass(annotation):
+        if isinstance(value, annotation):
+            return value
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{key}: expected a section (mapping), got {value!r}")
+        return from_dict(annotation, value, prefix=f"{key}.")
+    if origin in (list, tuple, Sequence) or annotation in (list, tuple):
+        if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{key}: expected a list, got {value!r}")
+        item_type = args[0] if args else Any
+        items = [_coerce(item_type, item, f"{key}[{i}]") for i, item in enumerate(value)]
+        return tuple(items) if origin is tuple or annotation is tuple else items
+    if origin is dict or annotation is dict:
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{key}: expected a mapping, got {value!r}")
+        return dict(value)
+    if annotation is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{key}: expected true/false, got {value!r}")
+    if annotation is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, float) and value.is_integer():
+                return int(value)
+            raise ConfigError(f"{key}: expected an integer, got {value!r}")
+        return value
+    if annotation is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            if isinstance(value, str):
+                try:
+                    return float(value)  # YAML reads "1e-5" as a string
+                except ValueError:
+                    pass
+            raise ConfigError(f"{key}: expected a number, got {value!r}")
+        return float(value)
+    if annotation is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{key}: expected a string, got {value!r}")
+        return value
+    return value

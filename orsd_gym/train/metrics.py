@@ -1,0 +1,82 @@
+"""Per-iteration metrics: a JSONL file (the record), TensorBoard when it is installed.
+
+Each line is flushed and fsynced when written, so a killed run keeps every finished
+iteration; on resume the file is cut back to the offset stored in the checkpoint, which drops
+lines of the iteration that was in progress.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+
+class MetricsWriter:
+    def __init__(self, path: str | Path, *, tensorboard_dir: str | Path | None = None, resume_offset: int | None = None):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if resume_offset is None:
+            self.path.write_text("", encoding="utf-8")
+        else:
+            with open(self.path, "a+b") as handle:
+                handle.truncate(resume_offset)
+        self._tensorboard = _open_tensorboard(tensorboard_dir) if tensorboard_dir else None
+
+    @property
+    def offset(self) -> int:
+        """Byte length of the file: what a checkpoint stores to resume exactly here."""
+        return self.path.stat().st_size if self.path.exists() else 0
+
+    def write(self, record: dict[str, Any]) -> None:
+        line = json.dumps(_json_safe(record), sort_keys=True)
+        with open(self.path, "a", encoding="utf-8") as handle:
+            handle.write(line + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        if self._tensorboard is not None:
+            step = int(record.get("iteration", 0))
+            for key, value in record.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool) and key != "iteration":
+                    self._tensorboard.add_scalar(key, value, step)
+            self._tensorboard.flush()
+
+    def close(self) -> None:
+        if self._tensorboard is not None:
+            self._tensorboard.close()
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """All records of a metrics JSONL file (a torn last line from a crash is ignored)."""
+    records = []
+    path = Path(path)
+    if not path.exists():
+        return records
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return records
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if hasattr(value, "item") and callable(value.item):
+        return _json_safe(value.item())
+    return value
+
+
+def _open_tensorboard(log_dir: str | Path):
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:  # tensorboard is optional
+        return None
+    return SummaryWriter(log_dir=str(log_dir))

@@ -1,0 +1,84 @@
+"""Config loading: YAML + dotted overrides, typed coercion, fail-fast errors naming the key."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import pytest
+
+from orsd_gym.train import configio
+from orsd_gym.train.config import Config
+from orsd_gym.train.configio import ConfigError
+
+
+@dataclass
+class _Inner:
+    lr: float = 0.1
+    mode: Literal["a", "b"] = "a"
+    names: list[str] = field(default_factory=list)
+    limit: int | None = None
+
+
+@dataclass
+class _Outer:
+    inner: _Inner = field(default_factory=_Inner)
+    flag: bool = False
+
+
+def test_yaml_and_overrides(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("inner:\n  lr: 1e-5\n  names: [x, y]\nflag: true\n")
+    cfg = configio.load(_Outer, path, ["inner.mode=b", "inner.limit=7"])
+    assert cfg.inner.lr == pytest.approx(1e-5)
+    assert cfg.inner.names == ["x", "y"]
+    assert (cfg.inner.mode, cfg.inner.limit, cfg.flag) == ("b", 7, True)
+    assert configio.load(_Outer, path, ["inner.limit=null"]).inner.limit is None
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("inner.lrr=0.1", r"inner\.lrr.*did you mean 'inner\.lr'"),
+        ("inner.mode=c", r"inner\.mode: 'c' is not one of"),
+        ("inner.lr=fast", r"inner\.lr: expected a number"),
+        ("flag=3", r"flag: expected true/false"),
+        ("inner.limit=2.5", r"inner\.limit"),
+        ("nonsense", r"must look like 'section\.key=value'"),
+        ("flag.x=1", r"flag: expected true/false"),
+        ("inner=3", r"inner: expected a section"),
+    ],
+)
+def test_bad_keys_and_values_name_the_key(override, message):
+    with pytest.raises(ConfigError, match=message):
+        configio.load(_Outer, None, [override])
+
+
+def test_missing_and_malformed_files(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        configio.load(_Outer, tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("inner: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        configio.load(_Outer, bad)
+    listy = tmp_path / "list.yaml"
+    listy.write_text("- 1\n- 2\n")
+    with pytest.raises(ConfigError, match="mapping"):
+        configio.load(_Outer, listy)
+
+
+def test_training_config_validates_values():
+    cfg = configio.load(Config, None, ["optim.lr=3e-6", "rollout.group_size=8", "env.kwargs={split: generated}"])
+    assert cfg.optim.lr == pytest.approx(3e-6)
+    assert cfg.rollout.group_size == 8
+    assert cfg.env.kwargs == {"split": "generated"}
+    with pytest.raises(ConfigError, match="rollout.*group_size must be >= 1"):
+        configio.load(Config, None, ["rollout.group_size=0"])
+    with pytest.raises(ConfigError, match="top_p must be 1.0"):
+        configio.load(Config, None, ["rollout.top_p=0.9"])
+
+
+def test_round_trip_through_dict():
+    cfg = configio.load(Config, None, ["train.iterations=3", "model.lora.enabled=true"])
+    again = configio.from_dict(Config, configio.to_dict(cfg))
+    assert again == cfg
