@@ -16,6 +16,10 @@ from collections.abc import Sequence
 COMMANDS: dict[str, tuple[str, str]] = {
     "envs": ("orsd_gym.envs.cli", "list the registered text envs"),
     "demo": ("orsd_gym.demo", "the embedded main job (what `make demo` runs)"),
+    "train": ("orsd_gym.train.cli", "train a policy with GRPO or ORSD from a YAML config"),
+    "eval": ("orsd_gym.train.evaluate", "evaluate a checkpoint on held-out tasks"),
+    "compare": ("orsd_gym.train.compare", "plain GRPO vs ORSD on one env: train, evaluate, write a report"),
+    "play": ("orsd_gym.envs.play", "play an env yourself in the terminal"),
 }
 
 

@@ -79,6 +79,12 @@ class AlgoConfig:
     name: str = "grpo"
     #: Settings of the chosen algorithm (validated by its config class).
     params: dict[str, Any] = field(default_factory=dict)
+    #: Extra settings per algorithm name, merged over `params` when that algorithm runs, so
+    #: one file can configure every algorithm of a comparison (e.g. ``per_algo: {orsd: {beta: 0.05}}``).
+    per_algo: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def resolved_params(self) -> dict[str, Any]:
+        return {**self.params, **self.per_algo.get(self.name, {})}
 
 
 @dataclass
@@ -170,7 +176,7 @@ def validate_algo(config: Config) -> Any:
         config_class = algos.algorithm_config_class(config.algo.name)
     except KeyError as error:
         raise ConfigError(f"algo.name: {error.args[0]}") from error
-    return configio.from_dict(config_class, config.algo.params, prefix="algo.params.")
+    return configio.from_dict(config_class, config.algo.resolved_params(), prefix="algo.params.")
 
 
 __all__ = ["Config", "ConfigError", "load_config"]

@@ -291,7 +291,7 @@ class Trainer:
         out["loss/grad_norm"] = float(np.mean(grad_norms)) if grad_norms else 0.0
         return out
 
-    def _evaluate(self, iteration: int) -> dict[str, float]:
+    def _eval_rollouts(self, iteration: int):
         cfg = self.config
         started = time.perf_counter()
         with torch.no_grad():
@@ -305,12 +305,30 @@ class Trainer:
         stats = rollout_stats(trajectories)
         result = {f"eval/{k}": v for k, v in stats.items() if k != "env_steps"}
         result["eval/time"] = time.perf_counter() - started
+        return trajectories, result
+
+    def _evaluate(self, iteration: int) -> dict[str, float]:
+        _, result = self._eval_rollouts(iteration)
         record = {"iteration": iteration, "env_steps": self.env_steps, **result}
         with open(self.output_dir / "eval.jsonl", "a", encoding="utf-8") as handle:
             handle.write(json.dumps(record) + "\n")
             handle.flush()
             os.fsync(handle.fileno())
         return result
+
+    def evaluate_checkpoint(self, checkpoint):
+        """Held-out evaluation of a checkpoint's weights (no training state is touched)."""
+        from orsd_gym.policies.models import load_policy
+
+        self._setup_torch()
+        cfg = self.config
+        lora = cfg.model.lora if cfg.model.lora.enabled else None
+        self.policy = load_policy(cfg.model.name, device=cfg.model.device, dtype=cfg.model.dtype, lora=lora, seed=cfg.train.seed)
+        self.policy.load_state_dict(checkpoint.policy_state)
+        try:
+            return self._eval_rollouts(checkpoint.iteration)
+        finally:
+            self.env.close()
 
     def _write_audit(self, iteration: int, batch) -> None:
         from orsd_gym.rollout.trajectory import save_jsonl

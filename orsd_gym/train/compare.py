@@ -1,0 +1,110 @@
+"""``orsd-gym compare``: plain GRPO vs ORSD (or any algorithms) on one env, one command.
+
+For every seed, each algorithm trains from the same initial weights (the model is loaded with
+that seed), on the same training tasks (drawn from ``(seed, iteration)`` only), with the same
+environment-interaction budget (iterations x tasks x group size, same turn limits) and is
+evaluated on the same held-out tasks. The report directory then gets ``report.md``,
+``results.json`` and PNG learning curves (see `orsd_gym.train.report`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from orsd_gym.train import configio
+from orsd_gym.train.config import Config, validate_algo
+from orsd_gym.train.metrics import read_metrics
+
+
+@dataclass
+class RunResult:
+    algo: str
+    seed: int
+    run_dir: Path
+    #: Held-out evaluation points: iteration, env_steps, eval/* metrics.
+    evals: list[dict]
+    metrics: list[dict]
+
+
+def run_config(base: Config, algo: str, seed: int, out_dir: Path) -> Config:
+    """The config of one (algorithm, seed) run of a comparison."""
+    config = copy.deepcopy(base)
+    config.algo.name = algo
+    config.train.seed = seed
+    config.train.output_dir = str(out_dir / "runs" / f"{algo}-seed{seed}")
+    validate_algo(config)  # fail before any run starts if one algorithm's params are bad
+    return config
+
+
+def compare(base: Config, algos: list[str], seeds: list[int], out_dir: str | Path, *, live: bool = True, resume: bool = True):
+    """Train every (algorithm, seed) pair, then write the report; returns the report path.
+
+    With ``resume`` a run whose checkpoints already exist continues (so an interrupted
+    comparison restarts where it stopped instead of from scratch).
+    """
+    from orsd_gym.train.report import write_report
+    from orsd_gym.train.trainer import Trainer
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    configs = [(algo, seed, run_config(base, algo, seed, out_dir)) for seed in seeds for algo in algos]
+    (out_dir / "compare_config.yaml").write_text(
+        json.dumps({"algos": algos, "seeds": seeds, "base": configio.to_dict(base)}, indent=1)
+    )
+    results = []
+    for algo, seed, config in configs:
+        run_dir = Path(config.train.output_dir)
+        Trainer(config, resume=resume and (run_dir / "checkpoints").is_dir(), live=live).run()
+        results.append(_read_run(algo, seed, run_dir))
+    return write_report(out_dir, base, results)
+
+
+def _read_run(algo: str, seed: int, run_dir: Path) -> RunResult:
+    evals = read_metrics(run_dir / "eval.jsonl")
+    # A resumed run may have re-evaluated an iteration: keep the last record per iteration.
+    by_iteration = {int(record["iteration"]): record for record in evals}
+    return RunResult(algo, seed, run_dir, [by_iteration[k] for k in sorted(by_iteration)], read_metrics(run_dir / "metrics.jsonl"))
+
+
+# --------------------------------------------------------------------------- CLI
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--env", help="env id (overrides env.id of the config)")
+    parser.add_argument("--algos", default="grpo,orsd", help="comma-separated algorithm names")
+    parser.add_argument("--seeds", type=int, default=3, help="number of seeds (0..N-1)")
+    parser.add_argument("--config", help="base YAML config (see configs/)")
+    parser.add_argument("--out", default="reports/compare", help="report directory")
+    parser.add_argument("--fresh", action="store_true", help="ignore runs already in the report directory")
+    parser.add_argument("--no-live", action="store_true", help="plain output instead of live views")
+    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted config overrides")
+
+
+def run(args: argparse.Namespace) -> int:
+    import shutil
+
+    from rich.console import Console
+
+    from orsd_gym.cli import CLIError
+    from orsd_gym.train.config import ConfigError
+    from orsd_gym.train.report import print_summary
+
+    overrides = list(args.overrides) + ([f"env.id={args.env}"] if args.env else [])
+    algos = [a.strip() for a in args.algos.split(",") if a.strip()]
+    if not algos:
+        raise CLIError("--algos is empty")
+    if args.seeds < 1:
+        raise CLIError("--seeds must be >= 1")
+    try:
+        base = configio.load(Config, args.config, overrides)
+        for algo in algos:
+            run_config(base, algo, 0, Path(args.out))
+    except ConfigError as error:
+        raise CLIError(str(error)) from error
+    if args.fresh and Path(args.out, "runs").exists():
+        shutil.rmtree(Path(args.out, "runs"))
+    report = compare(base, algos, list(range(args.seeds)), args.out, live=not args.no_live, resume=not args.fresh)
+    print_summary(report, Console())
+    return 0

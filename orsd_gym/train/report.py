@@ -1,0 +1,223 @@
+"""The comparison report: statistics across seeds, learning curves, markdown.
+
+Per algorithm: final and best held-out success rate and score (mean over the eval tasks),
+mean +- 95% confidence interval across seeds (Student t), and paired differences against the
+first algorithm (same seed = same initial weights, tasks and evaluation set, so pairing
+removes the seed-to-seed variation both runs share).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+# Two-sided 95% Student t critical values by degrees of freedom (df > 30: normal approx).
+_T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
+        11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093,
+        20: 2.086, 21: 2.080, 22: 2.074, 23: 2.069, 24: 2.064, 25: 2.060, 26: 2.056, 27: 2.052, 28: 2.048,
+        29: 2.045, 30: 2.042}
+
+METRICS = (("success", "eval/success_rate"), ("score", "eval/mean_return"))
+
+
+@dataclass
+class Estimate:
+    mean: float
+    half_width: float  # of the 95% CI; nan with a single seed
+    n: int
+
+    def __str__(self) -> str:
+        if self.n < 2 or math.isnan(self.half_width):
+            return f"{self.mean:.3f} (n={self.n})"
+        return f"{self.mean:.3f} ± {self.half_width:.3f}"
+
+    def as_dict(self) -> dict[str, float]:
+        return {"mean": self.mean, "ci95": self.half_width, "n": self.n}
+
+
+def mean_ci(values: list[float]) -> Estimate:
+    """Mean and half-width of the two-sided 95% t confidence interval."""
+    values = [float(v) for v in values]
+    n = len(values)
+    if n == 0:
+        return Estimate(math.nan, math.nan, 0)
+    mean = float(np.mean(values))
+    if n < 2:
+        return Estimate(mean, math.nan, n)
+    t = _T95.get(n - 1, 1.96)
+    return Estimate(mean, t * float(np.std(values, ddof=1)) / math.sqrt(n), n)
+
+
+def summarise(results: list[Any]) -> dict[str, Any]:
+    """results.json content from a list of `RunResult`."""
+    algos = list(dict.fromkeys(r.algo for r in results))
+    per_run = {}
+    table: dict[str, dict[str, Any]] = {}
+    for algo in algos:
+        runs = [r for r in results if r.algo == algo and r.evals]
+        entry: dict[str, Any] = {}
+        for label, key in METRICS:
+            finals = [r.evals[-1].get(key, math.nan) for r in runs]
+            bests = [max(e.get(key, -math.inf) for e in r.evals) for r in runs]
+            entry[f"final_{label}"] = mean_ci(finals).as_dict()
+            entry[f"best_{label}"] = mean_ci(bests).as_dict()
+        table[algo] = entry
+        for r in runs:
+            per_run[f"{algo}-seed{r.seed}"] = {
+                "algo": algo,
+                "seed": r.seed,
+                "run_dir": str(r.run_dir),
+                "curve": [{"iteration": e["iteration"], "env_steps": e["env_steps"], **{k: e.get(k) for _, k in METRICS}} for e in r.evals],
+                "orsd_rubric_frac": _mean_metric(r.metrics, "orsd/rubric_frac"),
+                "zero_adv_group_frac": _mean_metric(r.metrics, "algo/zero_adv_group_frac"),
+                "mixed_group_frac": _mixed_group_frac(r.metrics),
+                "train_success_rate": _mean_metric(r.metrics, "train/success_rate"),
+            }
+    paired = {}
+    baseline = algos[0]
+    for algo in algos[1:]:
+        entry = {}
+        for label, key in METRICS:
+            diffs = []
+            for r in results:
+                if r.algo != algo or not r.evals:
+                    continue
+                partner = next((b for b in results if b.algo == baseline and b.seed == r.seed and b.evals), None)
+                if partner is not None:
+                    diffs.append(r.evals[-1].get(key, math.nan) - partner.evals[-1].get(key, math.nan))
+            entry[f"final_{label}_diff"] = mean_ci(diffs).as_dict()
+            entry[f"final_{label}_diffs"] = diffs
+        paired[f"{algo} - {baseline}"] = entry
+    return {"algos": algos, "table": table, "paired": paired, "runs": per_run}
+
+
+def _mean_metric(metrics: list[dict], key: str) -> float | None:
+    values = [m[key] for m in metrics if m.get(key) is not None]
+    return float(np.mean(values)) if values else None
+
+
+def _mixed_group_frac(metrics: list[dict]) -> float | None:
+    zero = _mean_metric(metrics, "algo/zero_adv_group_frac")
+    return None if zero is None else 1.0 - zero
+
+
+def plot_curves(summary: dict[str, Any], path: Path, key: str, ylabel: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=120)
+    for index, algo in enumerate(summary["algos"]):
+        colour = f"C{index}"
+        curves = [run["curve"] for run in summary["runs"].values() if run["algo"] == algo]
+        for curve in curves:
+            ax.plot([p["env_steps"] for p in curve], [p[key] for p in curve], color=colour, alpha=0.25, linewidth=1)
+        if curves:
+            length = min(len(c) for c in curves)
+            xs = np.mean([[p["env_steps"] for p in c[:length]] for c in curves], axis=0)
+            ys = np.mean([[p[key] if p[key] is not None else np.nan for p in c[:length]] for c in curves], axis=0)
+            ax.plot(xs, ys, color=colour, linewidth=2.2, marker="o", label=f"{algo} (mean of {len(curves)})")
+    ax.set_xlabel("environment steps")
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def effect_statement(summary: dict[str, Any]) -> list[str]:
+    """Plain-language reading of each paired difference against seed noise."""
+    lines = []
+    for name, entry in summary["paired"].items():
+        diff = entry["final_success_diff"]
+        n = diff["n"]
+        if n == 0:
+            continue
+        if n < 2 or math.isnan(diff["ci95"]):
+            lines.append(f"- {name}: final success differs by {diff['mean']:+.3f} on a single seed; "
+                         "one seed cannot separate an effect from seed noise.")
+            continue
+        low, high = diff["mean"] - diff["ci95"], diff["mean"] + diff["ci95"]
+        verdict = ("the 95% interval excludes zero: the difference is larger than seed noise"
+                   if low > 0 or high < 0 else
+                   "the 95% interval includes zero: the difference is not distinguishable from seed noise")
+        lines.append(f"- {name}: paired final-success difference {diff['mean']:+.3f} "
+                     f"(95% CI [{low:+.3f}, {high:+.3f}], {n} seeds); {verdict}.")
+    return lines
+
+
+def write_report(out_dir: str | Path, base_config: Any, results: list[Any]) -> Path:
+    """Write results.json, learning curves and report.md into ``out_dir``; return report.md."""
+    from orsd_gym.train import configio
+
+    out_dir = Path(out_dir)
+    summary = summarise(results)
+    (out_dir / "results.json").write_text(json.dumps(summary, indent=1, default=float))
+    plot_curves(summary, out_dir / "success_curve.png", "eval/success_rate", "held-out success rate")
+    plot_curves(summary, out_dir / "score_curve.png", "eval/mean_return", "held-out score (mean return)")
+    cfg = configio.to_dict(base_config)
+    seeds = sorted({r.seed for r in results})
+    budget = cfg["train"]["iterations"] * cfg["rollout"]["tasks_per_iteration"] * cfg["rollout"]["group_size"]
+    lines = [
+        f"# {' vs '.join(summary['algos'])} on {cfg['env']['id']}",
+        "",
+        "## Setup",
+        f"- model: `{cfg['model']['name']}` ({cfg['model']['dtype']}, LoRA {'on' if cfg['model']['lora']['enabled'] else 'off'})",
+        f"- env: `{cfg['env']['id']}` kwargs `{json.dumps(cfg['env']['kwargs'])}`",
+        f"- seeds: {seeds}; per run {cfg['train']['iterations']} iterations x {cfg['rollout']['tasks_per_iteration']} tasks "
+        f"x group {cfg['rollout']['group_size']} = {budget} training episodes (max {cfg['rollout']['max_turns']} turns each)",
+        f"- held-out evaluation: {cfg['eval']['num_tasks']} fixed tasks (seeds from {cfg['eval']['seed_base']}), "
+        f"temperature {cfg['eval']['temperature']}, every {cfg['eval']['every']} iterations",
+        "",
+        "## Held-out results (mean ± 95% CI across seeds)",
+        "",
+        "| algorithm | final success | best success | final score | best score |",
+        "|---|---|---|---|---|",
+    ]
+    for algo in summary["algos"]:
+        row = summary["table"][algo]
+        cells = [str(Estimate(**{k: row[f"{m}"][k] for k in ("mean", "n")}, half_width=row[m]["ci95"]))
+                 for m in ("final_success", "best_success", "final_score", "best_score")]
+        lines.append(f"| {algo} | " + " | ".join(cells) + " |")
+    lines += ["", "## Paired differences (same seed: same initial weights, tasks and eval set)", ""]
+    for name, entry in summary["paired"].items():
+        d = entry["final_success_diff"]
+        s = entry["final_score_diff"]
+        lines.append(f"- {name}: final success {Estimate(d['mean'], d['ci95'], d['n'])}, "
+                     f"final score {Estimate(s['mean'], s['ci95'], s['n'])}; per seed {entry['final_success_diffs']}")
+    lines += ["", "## How big is the effect?", ""] + (effect_statement(summary) or ["- only one algorithm was run."])
+    signal = [f"{name}: {run['mixed_group_frac']:.2f}" for name, run in summary["runs"].items() if run["mixed_group_frac"] is not None]
+    lines += ["", "## Learning signal", "",
+              "Fraction of training groups with mixed outcomes (non-zero GRPO advantage), per run: "
+              + (", ".join(signal) or "n/a") + "."]
+    orsd = [f"{name}: {run['orsd_rubric_frac']:.2f}" for name, run in summary["runs"].items() if run["orsd_rubric_frac"] is not None]
+    if orsd:
+        lines.append("Fraction of groups where ORSD selected a rubric: " + ", ".join(orsd) + ".")
+    lines += ["", "## Learning curves", "", "![success](success_curve.png)", "", "![score](score_curve.png)", ""]
+    report = out_dir / "report.md"
+    report.write_text("\n".join(lines), encoding="utf-8")
+    return report
+
+
+def print_summary(report: Path, console: Any) -> None:
+    """Print the results table of a written report to a rich console."""
+    from rich.table import Table
+
+    summary = json.loads((report.parent / "results.json").read_text())
+    table = Table(title=f"held-out results ({report})")
+    for column in ("algorithm", "final success", "best success", "final score", "best score"):
+        table.add_column(column, justify="right" if column != "algorithm" else "left")
+    for algo in summary["algos"]:
+        row = summary["table"][algo]
+        table.add_row(algo, *[str(Estimate(row[m]["mean"], row[m]["ci95"], row[m]["n"]))
+                              for m in ("final_success", "best_success", "final_score", "best_score")])
+    console.print(table)
+    for line in effect_statement(summary):
+        console.print(line)

@@ -1,0 +1,51 @@
+"""Comparison statistics and report writing on hand-made run results."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from orsd_gym.train.compare import RunResult
+from orsd_gym.train.config import Config
+from orsd_gym.train.report import effect_statement, mean_ci, summarise, write_report
+
+
+def test_mean_ci_matches_hand_computation():
+    est = mean_ci([0.2, 0.4, 0.6])
+    # mean 0.4, sd 0.2, t(2) = 4.303 -> half width 4.303 * 0.2 / sqrt(3)
+    assert est.mean == pytest.approx(0.4)
+    assert est.half_width == pytest.approx(4.303 * 0.2 / math.sqrt(3))
+    single = mean_ci([0.5])
+    assert single.n == 1 and math.isnan(single.half_width)
+    assert math.isnan(mean_ci([]).mean)
+
+
+def _run(algo, seed, successes, tmp_path):
+    evals = [{"iteration": i * 2, "env_steps": i * 100, "eval/success_rate": s, "eval/mean_return": s} for i, s in enumerate(successes)]
+    metrics = [{"iteration": 1, "algo/zero_adv_group_frac": 0.25, **({"orsd/rubric_frac": 0.5} if algo == "orsd" else {})}]
+    return RunResult(algo, seed, tmp_path / f"{algo}{seed}", evals, metrics)
+
+
+def test_summary_pairs_by_seed_and_writes_report(tmp_path):
+    results = [
+        _run("grpo", 0, [0.0, 0.2, 0.1], tmp_path),
+        _run("orsd", 0, [0.0, 0.3, 0.4], tmp_path),
+        _run("grpo", 1, [0.1, 0.1, 0.3], tmp_path),
+        _run("orsd", 1, [0.1, 0.5, 0.5], tmp_path),
+    ]
+    summary = summarise(results)
+    assert summary["table"]["grpo"]["final_success"]["mean"] == pytest.approx(0.2)
+    assert summary["table"]["orsd"]["best_success"]["mean"] == pytest.approx(0.45)
+    paired = summary["paired"]["orsd - grpo"]
+    assert paired["final_success_diffs"] == pytest.approx([0.3, 0.2])
+    assert paired["final_success_diff"]["mean"] == pytest.approx(0.25)
+    statement = effect_statement(summary)[0]
+    # sd 0.0707, t(1) = 12.706 -> half width 0.635: two seeds cannot rule out noise here.
+    assert "+0.250" in statement and "[-0.385, +0.885]" in statement and "includes zero" in statement
+    report = write_report(tmp_path, Config(), results)
+    text = report.read_text()
+    assert "| orsd |" in text and "Paired differences" in text and "success_curve.png" in text
+    assert (tmp_path / "success_curve.png").stat().st_size > 1000
+    assert json.loads((tmp_path / "results.json").read_text())["algos"] == ["grpo", "orsd"]
