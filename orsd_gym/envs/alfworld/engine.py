@@ -1,0 +1,121 @@
+"""A thin driver of the real ALFWorld text engine: TextWorld's PDDL env (Fast Downward inside)
+with ALFWorld's own name demangler, as ALFWorld's ``AlfredTWEnv`` builds it.
+
+Only this module imports textworld/alfworld, so importing the env package stays light.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+INVALID_FEEDBACK = "Nothing happens."
+
+
+class EngineError(RuntimeError):
+    """The engine could not load or play a game file."""
+
+
+@dataclass
+class EngineState:
+    """What the engine reports after a reset or an action."""
+
+    feedback: str
+    admissible_actions: list[str]
+    won: bool
+    is_valid_action: bool = True
+    #: The planner's plan from this state (only when the engine was made with ``expert=True``).
+    expert_actions: list[str] | None = field(default=None)
+
+
+@contextlib.contextmanager
+def _argv_preserved() -> Iterator[None]:
+    # fast_downward.pddl2sas overwrites sys.argv (its translator reads options from it); put it
+    # back so a host program's argument parsing is not affected by loading a game.
+    saved = list(sys.argv)
+    try:
+        yield
+    finally:
+        sys.argv[:] = saved
+
+
+class PddlGameEngine:
+    """Plays TextWorld PDDL games (``*.tw-pddl``) one at a time.
+
+    One engine keeps one copy of Fast Downward's shared library for its whole life (TextWorld
+    copies and loads the library per `PddlEnv`), and loading the same game again only resets it.
+    """
+
+    def __init__(self, *, expert: bool = False) -> None:
+        import textworld
+        from alfworld.agents.environment.alfred_tw_env import AlfredDemangler
+        from textworld.envs.pddl import PddlEnv
+
+        self.expert = expert
+        infos = textworld.EnvInfos(won=True, admissible_commands=True, policy_commands=expert)
+        with _argv_preserved():
+            self._env = AlfredDemangler(PddlEnv(infos), shuffle=False)
+        self._loaded: str | None = None
+        self._state: EngineState | None = None
+
+    @property
+    def loaded_game(self) -> str | None:
+        return self._loaded
+
+    def reset(self, game_file: str) -> EngineState:
+        """Start ``game_file`` from its initial state."""
+        try:
+            with _argv_preserved():
+                if game_file != self._loaded:
+                    self._loaded = None
+                    self._env.load(game_file)
+                    self._loaded = game_file
+                raw = self._env.reset()
+        except (OSError, ValueError, KeyError) as error:
+            raise EngineError(f"could not load ALFWorld game {game_file!r}: {error}") from error
+        self._state = self._convert(raw, is_valid=True)
+        return self._state
+
+    def step(self, command: str) -> EngineState:
+        """Apply ``command``; one outside the admissible actions changes nothing."""
+        if self._state is None:
+            raise EngineError("reset() a game before step()")
+        command = command.strip()
+        if command not in self._state.admissible_actions:
+            # Same feedback as the engine gives, without a (re)planning round-trip; the game
+            # state, admissible actions and plan are untouched by construction.
+            return EngineState(
+                INVALID_FEEDBACK,
+                list(self._state.admissible_actions),
+                self._state.won,
+                is_valid_action=False,
+                expert_actions=None if self._state.expert_actions is None else list(self._state.expert_actions),
+            )
+        with _argv_preserved():
+            raw, _, _ = self._env.step(command)
+        self._state = self._convert(raw, is_valid=True)
+        return self._state
+
+    def close(self) -> None:
+        """Unload Fast Downward's library copy (TextWorld never does, so each engine would leak one)."""
+        import fast_downward
+
+        pddl_env = self._env.unwrapped
+        lib = getattr(pddl_env, "downward_lib", None)
+        if lib is not None:
+            fast_downward.close_lib(lib)
+            pddl_env.downward_lib = None
+        self._loaded = None
+        self._state = None
+
+    def _convert(self, raw, *, is_valid: bool) -> EngineState:
+        plan = list(raw["policy_commands"]) if self.expert else None
+        return EngineState(
+            str(raw["feedback"]),
+            list(raw["admissible_commands"]),
+            bool(raw["won"]),
+            is_valid_action=is_valid,
+            expert_actions=plan,
+        )

@@ -1,0 +1,122 @@
+"""`ALFWorldEnv`: ALFWorld's text games as an orsd-gym `TextEnv`, on the real engine."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from orsd_gym.envs.alfworld.engine import EngineState, PddlGameEngine
+from orsd_gym.envs.alfworld.generator import GeneratorConfig
+from orsd_gym.envs.alfworld.official import OFFICIAL_SPLITS, collect_official_tasks, resolve_data_dir
+from orsd_gym.envs.alfworld.pool import GeneratedTaskPool
+from orsd_gym.envs.alfworld.tasks import ALFWorldTask, normalize_task_types
+from orsd_gym.envs.alfworld.text import clean_observation
+from orsd_gym.envs.base import StepOutcome, TextEnv
+
+SPLITS = ("generated", *OFFICIAL_SPLITS)
+
+
+class UnknownSplitError(ValueError):
+    """``split`` is not one of `SPLITS`."""
+
+
+class ALFWorldEnv(TextEnv):
+    """ALFWorld household tasks played on TextWorld's PDDL engine (Fast Downward inside).
+
+    Args:
+        split: "generated" (procedural tasks from the wheel's data, the default) or an official
+            split ("train", "valid_seen", "valid_unseen") read from ``data_dir``.
+        data_dir: root of the official data (default ``$ALFWORLD_DATA``).
+        task_types: subset of the six task types (default all).
+        expert: put the planner's plan from the current state in ``info["expert_actions"]``
+            (the planner replans every step: for tests, debugging and behaviour cloning).
+        raw: keep the engine's text as is (welcome banner, "You arrive at loc N. ").
+        generator: `GeneratorConfig` or dict of its fields (generated split only).
+        cache_dir: where generated games are cached (default ``$ORSD_GYM_CACHE`` or
+            ``~/.cache/orsd_gym``).
+    """
+
+    def __init__(
+        self,
+        split: str = "generated",
+        data_dir: str | os.PathLike | None = None,
+        task_types: Iterable[str] | str | None = None,
+        expert: bool = False,
+        raw: bool = False,
+        generator: GeneratorConfig | dict[str, Any] | None = None,
+        cache_dir: str | os.PathLike | None = None,
+        render_mode: str | None = None,
+    ) -> None:
+        super().__init__(render_mode=render_mode)
+        if split not in SPLITS:
+            raise UnknownSplitError(f"split={split!r}; choose one of {SPLITS}")
+        self.split = split
+        self.task_types = normalize_task_types(task_types)
+        self.expert = bool(expert)
+        self.raw = bool(raw)
+        if split == "generated":
+            self.generator = GeneratorConfig.from_value(generator)
+            self._tasks: Sequence[ALFWorldTask] = GeneratedTaskPool(self.generator, self.task_types, cache_dir)
+        else:
+            if generator is not None:
+                raise ValueError("generator options apply to split='generated' only")
+            self.generator = None
+            self._tasks = collect_official_tasks(resolve_data_dir(data_dir), split, self.task_types)
+        self._engine: PddlGameEngine | None = None
+        self._state: EngineState | None = None
+
+    # ------------------------------------------------------------------ TextEnv hooks
+    @property
+    def tasks(self) -> Sequence[ALFWorldTask]:
+        return self._tasks
+
+    def _task_text(self, task_id: int) -> str:
+        return self._tasks[task_id].goal
+
+    def _start_task(self, task_id: int, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        if self._engine is None:
+            self._engine = PddlGameEngine(expert=self.expert)
+        task = self._tasks[task_id]
+        self._state = self._engine.reset(task.game_file)
+        return self._text(self._state.feedback), self._extra(task)
+
+    def _play(self, action: str) -> StepOutcome:
+        assert self._engine is not None and self._task_id is not None
+        self._state = self._engine.step(action)
+        won = self._state.won
+        return StepOutcome(
+            self._text(self._state.feedback),
+            reward=1.0 if won else 0.0,
+            terminated=won,
+            won=won,
+            is_valid_action=self._state.is_valid_action,
+            info=self._extra(self._tasks[self._task_id]),
+        )
+
+    def admissible_actions(self) -> list[str]:
+        return [] if self._state is None else list(self._state.admissible_actions)
+
+    def close(self) -> None:
+        if self._engine is not None:
+            self._engine.close()
+            self._engine = None
+        if isinstance(self._tasks, GeneratedTaskPool):
+            self._tasks.close()
+        self._state = None
+        super().close()
+
+    # ------------------------------------------------------------------ helpers
+    def _text(self, feedback: str) -> str:
+        return feedback if self.raw else clean_observation(feedback)
+
+    def _extra(self, task: ALFWorldTask) -> dict[str, Any]:
+        assert self._state is not None
+        extra: dict[str, Any] = {
+            "task_type": task.task_type,
+            "game_file": task.game_file,
+            "admissible_actions": list(self._state.admissible_actions),
+        }
+        if self.expert:
+            extra["expert_actions"] = list(self._state.expert_actions or [])
+        return extra
