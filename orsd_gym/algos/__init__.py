@@ -1,1 +1,35 @@
-"""Advantage estimators and losses: GRPO, ORSD."""
+"""Advantage estimators and losses: GRPO, ORSD, behind one `Algorithm` interface and a registry.
+
+``make_algorithm("grpo" | "orsd", config)`` builds one; ``ALGORITHMS`` lists what is registered.
+"""
+
+from orsd_gym.algos.base import (
+    ALGORITHMS,
+    Algorithm,
+    AlgorithmConfigError,
+    PreparedBatch,
+    UnknownAlgorithmError,
+    algorithm_config_class,
+    make_algorithm,
+    register_algorithm,
+)
+from orsd_gym.algos.grpo import GRPO, GRPOConfig
+from orsd_gym.algos.orsd import ORSD, ORSDConfig
+from orsd_gym.algos.rewards import RewardConfig, trajectory_reward
+
+__all__ = [
+    "ALGORITHMS",
+    "Algorithm",
+    "AlgorithmConfigError",
+    "GRPO",
+    "GRPOConfig",
+    "ORSD",
+    "ORSDConfig",
+    "PreparedBatch",
+    "RewardConfig",
+    "UnknownAlgorithmError",
+    "algorithm_config_class",
+    "make_algorithm",
+    "register_algorithm",
+    "trajectory_reward",
+]

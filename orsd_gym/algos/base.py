@@ -1,0 +1,214 @@
+"""The interface the trainer drives, and the registry that makes ``algo: <name>`` one config key.
+
+An `Algorithm` sees Trajectories and a policy that can score tokens; it never steps an env.
+Per rollout batch the trainer calls `Algorithm.prepare` once (advantages and any per-token
+terms, computed without gradients), then `Algorithm.loss` once per micro-batch for every
+mini-batch and epoch, backpropagating each micro-batch loss before the next.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, TypeVar
+
+import numpy as np
+import torch
+
+from orsd_gym.policies.base import Policy
+from orsd_gym.rollout.trajectory import Trajectory
+
+
+class AlgorithmConfigError(ValueError):
+    """An algorithm config names an unknown key or carries a bad value."""
+
+
+class UnknownAlgorithmError(KeyError):
+    """`make_algorithm` was asked for a name that is not registered."""
+
+    def __str__(self) -> str:  # KeyError quotes its message; keep it readable
+        return str(self.args[0])
+
+
+@dataclass
+class PreparedBatch:
+    """Everything `Algorithm.loss` needs for one rollout batch, plus what to log and audit."""
+
+    trajectories: list[Trajectory]
+    #: Scalar reward per trajectory after the reward config.
+    rewards: list[float]
+    #: Per trajectory, float32, ``len == len(token_ids)``, 0 where ``loss_mask == 0``.
+    advantages: list[torch.Tensor]
+    #: Rollout-time sampling log-probs as tensors (same shape as `advantages`).
+    old_logprobs: list[torch.Tensor]
+    metrics: dict[str, float] = field(default_factory=dict)
+    #: JSON-safe per-group records (ORSD: bundles, correlations, selected rubric, delta stats).
+    audit: list[dict[str, Any]] = field(default_factory=list)
+    #: Per-token extras for inspection and for the loss (e.g. ``grpo_advantage``, ``orsd_delta``,
+    #: ``ref_logprobs``), each a list aligned with `trajectories`.
+    token_extras: dict[str, list[torch.Tensor]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        n = len(self.trajectories)
+        for name in ("rewards", "advantages", "old_logprobs"):
+            if len(getattr(self, name)) != n:
+                raise ValueError(f"PreparedBatch.{name} has {len(getattr(self, name))} entries for {n} trajectories")
+
+
+class Algorithm(ABC):
+    """Advantages + loss over groups of trajectories. Subclasses set `name` and `config_class`."""
+
+    name: ClassVar[str]
+    #: A dataclass whose field defaults are the documented defaults of the algorithm.
+    config_class: ClassVar[type]
+    #: True when the trainer must pass a frozen ``verifier`` policy (ORSD).
+    uses_verifier: ClassVar[bool] = False
+
+    def __init__(self, config: Any = None, *, reference: Policy | None = None, verifier: Policy | None = None) -> None:
+        self.config = coerce_config(self.config_class, config)
+        self.reference = reference
+        self.verifier = verifier
+
+    @abstractmethod
+    def prepare(
+        self, trajectories: Sequence[Trajectory], policy: Policy, *, iteration: int, rng: np.random.Generator
+    ) -> PreparedBatch:
+        """Rewards, per-token advantages and extras of a rollout batch (no gradients)."""
+
+    @abstractmethod
+    def loss(
+        self,
+        policy: Policy,
+        batch: PreparedBatch,
+        micro_indices: Sequence[int],
+        *,
+        minibatch_indices: Sequence[int],
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """Loss of the micro-batch ``micro_indices``, normalised over ``minibatch_indices``.
+
+        Summing the gradients of every micro-batch's loss of a mini-batch equals the gradient
+        of the mini-batch loss.
+        """
+
+    def state_dict(self) -> dict[str, Any]:
+        """JSON-safe algorithm state a checkpoint must keep (none by default)."""
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore what `state_dict` returned."""
+        if state:
+            raise ValueError(f"{type(self).__name__} keeps no state, got keys {sorted(state)}")
+
+
+# --------------------------------------------------------------------------- registry
+
+ALGORITHMS: dict[str, type[Algorithm]] = {}
+
+A = TypeVar("A", bound=type[Algorithm])
+
+
+def register_algorithm(cls: A) -> A:
+    """Class decorator: make ``cls`` available as ``algo: cls.name``."""
+    if cls.name in ALGORITHMS and ALGORITHMS[cls.name] is not cls:
+        raise ValueError(f"algorithm name {cls.name!r} is already registered by {ALGORITHMS[cls.name].__qualname__}")
+    ALGORITHMS[cls.name] = cls
+    return cls
+
+
+def _lookup(name: str) -> type[Algorithm]:
+    try:
+        return ALGORITHMS[name]
+    except KeyError:
+        raise UnknownAlgorithmError(
+            f"unknown algorithm {name!r}; registered: {', '.join(sorted(ALGORITHMS)) or '(none)'}"
+        ) from None
+
+
+def algorithm_config_class(name: str) -> type:
+    """The config dataclass of the algorithm registered as ``name``."""
+    return _lookup(name).config_class
+
+
+def make_algorithm(
+    name: str,
+    config: Any = None,
+    *,
+    reference: Policy | None = None,
+    verifier: Policy | None = None,
+) -> Algorithm:
+    """Build the algorithm ``name`` from a config dataclass, a (nested) dict, or None (defaults)."""
+    return _lookup(name)(config, reference=reference, verifier=verifier)
+
+
+# --------------------------------------------------------------------------- configs
+
+C = TypeVar("C")
+
+
+def coerce_config(cls: type[C], config: Any, *, prefix: str = "") -> C:
+    """``config`` as an instance of the dataclass ``cls``; dicts are validated key by key.
+
+    Unknown keys and values of the wrong type raise `AlgorithmConfigError` naming the key.
+    """
+    if config is None:
+        return cls()
+    if isinstance(config, cls):
+        return config
+    if not isinstance(config, Mapping):
+        raise AlgorithmConfigError(f"{prefix or cls.__name__}: expected a mapping or {cls.__name__}, got {config!r}")
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(set(config) - known)
+    if unknown:
+        raise AlgorithmConfigError(
+            f"unknown key '{prefix}{unknown[0]}' for {cls.__name__}; valid keys: {', '.join(sorted(known))}"
+        )
+    kwargs = {key: _coerce_value(hints[key], value, f"{prefix}{key}") for key, value in config.items()}
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as error:
+        raise AlgorithmConfigError(f"{prefix or cls.__name__}: {error}") from None
+
+
+def _coerce_value(annotation: Any, value: Any, key: str) -> Any:
+    origin = typing.get_origin(annotation)
+    if dataclasses.is_dataclass(annotation):
+        return coerce_config(annotation, value, prefix=f"{key}.")
+    if origin is typing.Literal:
+        if value not in typing.get_args(annotation):
+            raise AlgorithmConfigError(f"{key}: {value!r} is not one of {list(typing.get_args(annotation))}")
+        return value
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(annotation)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce_value(arg, value, key)
+            except AlgorithmConfigError as error:
+                errors.append(str(error))
+        raise AlgorithmConfigError("; ".join(errors))
+    if annotation is bool:
+        if not isinstance(value, bool):
+            raise AlgorithmConfigError(f"{key}: expected true/false, got {value!r}")
+        return value
+    if annotation is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise AlgorithmConfigError(f"{key}: expected a number, got {value!r}")
+        return float(value)
+    if annotation is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise AlgorithmConfigError(f"{key}: expected an integer, got {value!r}")
+        return value
+    if annotation is str:
+        if not isinstance(value, str):
+            raise AlgorithmConfigError(f"{key}: expected a string, got {value!r}")
+        return value
+    return value

@@ -1,0 +1,261 @@
+"""GRPO: group-relative outcome advantages and the PPO clipped surrogate.
+
+Every equation is a small function so it can be read (and tested) on its own:
+
+    A_i        = (R_i - mean_g R) / (std_g R + eps)          (norm_std=False: no division, Dr.GRPO)
+    A_{i,t}    = A_i on every mask-1 token of trajectory i, 0 elsewhere
+    r_{i,t}    = exp(log pi(y_t) - log pi_old(y_t))          (pi_old: rollout-time log-probs)
+    L^pg_{i,t} = -min(r A, clip(r, 1 - clip_low, 1 + clip_high) A)
+    L^kl_{i,t} = exp(q - p) - (q - p) - 1,  p = log pi, q = log pi_ref     (k3, unbiased, >= 0)
+    L_{i,t}    = L^pg + kl_coef L^kl - entropy_coef H_t
+    token-mean:           sum_{i,t} m L / sum_{i,t} m       over the mini-batch
+    seq-mean-token-mean:  mean_i (sum_t m L / sum_t m)      over the mini-batch
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+import torch
+
+from orsd_gym.algos.base import Algorithm, PreparedBatch, register_algorithm
+from orsd_gym.algos.rewards import RewardConfig, trajectory_reward
+from orsd_gym.policies.base import Policy
+from orsd_gym.rollout.trajectory import Trajectory, group_by
+
+LossAgg = Literal["token-mean", "seq-mean-token-mean"]
+
+
+@dataclass
+class GRPOConfig:
+    """GRPO settings; the defaults are the standard GRPO/PPO ones."""
+
+    #: PPO ratio clip range [1 - clip_low, 1 + clip_high].
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    loss_agg: LossAgg = "token-mean"
+    #: Divide centred rewards by the group std (False: Dr.GRPO, centring only).
+    norm_std: bool = True
+    eps: float = 1e-6
+    #: Weight of the k3 KL estimator against the frozen `reference` policy (0: no reference needed).
+    kl_coef: float = 0.0
+    entropy_coef: float = 0.0
+    #: Sampling temperature of the rollouts: new log-probs are scored at the same temperature so
+    #: that ratios compare like with like.
+    temperature: float = 1.0
+    reward: RewardConfig = field(default_factory=RewardConfig)
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.clip_low < 1 or self.clip_high < 0:
+            raise ValueError(f"need 0 <= clip_low < 1 and clip_high >= 0, got {self.clip_low}, {self.clip_high}")
+        if self.eps <= 0:
+            raise ValueError(f"eps must be > 0, got {self.eps}")
+        if self.kl_coef < 0:
+            raise ValueError(f"kl_coef must be >= 0, got {self.kl_coef}")
+        if self.temperature <= 0:
+            raise ValueError(f"temperature must be > 0 (greedy rollouts have no usable log-probs), got {self.temperature}")
+
+
+# --------------------------------------------------------------------------- equations
+
+
+def group_advantages(rewards: Sequence[float], *, norm_std: bool = True, eps: float = 1e-6) -> np.ndarray:
+    """Group-relative advantage of each attempt; exactly 0 for every attempt when all rewards are equal.
+
+    The std is the sample std (ddof=1), as in the reference GRPO implementations.
+    """
+    r = np.asarray(rewards, dtype=np.float64)
+    if r.ndim != 1 or not np.all(np.isfinite(r)):
+        raise ValueError(f"rewards must be a finite 1-D sequence, got {rewards!r}")
+    if r.size < 2 or np.all(r == r[0]):
+        return np.zeros_like(r)
+    centred = r - r.mean()
+    if norm_std:
+        centred = centred / (r.std(ddof=1) + eps)
+    return centred
+
+
+def broadcast_advantage(advantage: float, loss_mask: Sequence[int]) -> torch.Tensor:
+    """The sequence-level advantage on every mask-1 token (float32, 0 elsewhere)."""
+    mask = torch.as_tensor(loss_mask, dtype=torch.float32)
+    return mask * float(advantage)
+
+
+def ppo_clip_loss(
+    new_logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    clip_low: float,
+    clip_high: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token clipped-surrogate loss and a bool tensor marking tokens where the clip is active."""
+    ratio = torch.exp(new_logprobs - old_logprobs)
+    unclipped = ratio * advantages
+    clipped = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high) * advantages
+    loss = -torch.minimum(unclipped, clipped)
+    return loss, clipped < unclipped
+
+
+def kl_k3(new_logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
+    """Low-variance, non-negative estimator of KL(pi || pi_ref) per token (Schulman's k3)."""
+    log_ratio = ref_logprobs - new_logprobs
+    return torch.exp(log_ratio) - log_ratio - 1.0
+
+
+def aggregate(
+    per_token: Sequence[torch.Tensor], masks: Sequence[torch.Tensor], mode: LossAgg, normaliser: float
+) -> torch.Tensor:
+    """Sum of a micro-batch's masked per-token losses, divided by the mini-batch ``normaliser``.
+
+    ``normaliser`` is the mini-batch's mask-1 token count (token-mean) or sequence count
+    (seq-mean-token-mean); see `minibatch_normaliser`.
+    """
+    total = per_token[0].new_zeros(()) if per_token else torch.zeros(())
+    for loss, mask in zip(per_token, masks):
+        masked = (loss * mask).sum()
+        if mode == "seq-mean-token-mean":
+            masked = masked / mask.sum().clamp(min=1.0)
+        total = total + masked
+    return total / max(normaliser, 1.0)
+
+
+def minibatch_normaliser(loss_masks: Sequence[Sequence[int]], mode: LossAgg) -> float:
+    if mode == "token-mean":
+        return float(sum(sum(mask) for mask in loss_masks))
+    return float(len(loss_masks))
+
+
+# --------------------------------------------------------------------------- the algorithm
+
+
+@register_algorithm
+class GRPO(Algorithm):
+    """Group Relative Policy Optimisation with a PPO-clipped surrogate."""
+
+    name = "grpo"
+    config_class = GRPOConfig
+    config: GRPOConfig
+
+    def __init__(self, config=None, *, reference: Policy | None = None, verifier: Policy | None = None) -> None:
+        super().__init__(config, reference=reference, verifier=verifier)
+        if self.config.kl_coef > 0 and reference is None:
+            raise ValueError("kl_coef > 0 needs a frozen reference policy: pass reference=policy.copy_frozen()")
+
+    def prepare(
+        self, trajectories: Sequence[Trajectory], policy: Policy, *, iteration: int, rng: np.random.Generator
+    ) -> PreparedBatch:
+        return self.grpo_prepare(trajectories)
+
+    def grpo_prepare(self, trajectories: Sequence[Trajectory]) -> PreparedBatch:
+        """Rewards, GRPO advantages per token, old (and reference) log-probs."""
+        trajectories = list(trajectories)
+        if not trajectories:
+            raise ValueError("prepare needs at least one trajectory")
+        for index, trajectory in enumerate(trajectories):
+            n = len(trajectory.token_ids)
+            if len(trajectory.loss_mask) != n or len(trajectory.logprobs) != n:
+                raise ValueError(
+                    f"trajectory {index}: token_ids/loss_mask/logprobs lengths differ "
+                    f"({n}/{len(trajectory.loss_mask)}/{len(trajectory.logprobs)})"
+                )
+        rewards = [trajectory_reward(t, self.config.reward) for t in trajectories]
+        sequence_adv = [0.0] * len(trajectories)
+        position = {id(t): i for i, t in enumerate(trajectories)}
+        groups = group_by(trajectories)
+        zero_groups = 0
+        for members in groups.values():
+            indices = [position[id(t)] for t in members]
+            adv = group_advantages([rewards[i] for i in indices], norm_std=self.config.norm_std, eps=self.config.eps)
+            zero_groups += int(not np.any(adv))
+            for i, a in zip(indices, adv):
+                sequence_adv[i] = float(a)
+        advantages = [broadcast_advantage(a, t.loss_mask) for a, t in zip(sequence_adv, trajectories)]
+        old = [torch.as_tensor(t.logprobs, dtype=torch.float32) * torch.as_tensor(t.loss_mask) for t in trajectories]
+        extras: dict[str, list[torch.Tensor]] = {"grpo_advantage": [a.clone() for a in advantages]}
+        if self.config.kl_coef > 0:
+            assert self.reference is not None
+            with torch.no_grad():
+                ref = self.reference.score(
+                    [t.token_ids for t in trajectories],
+                    [t.loss_mask for t in trajectories],
+                    temperature=self.config.temperature,
+                )
+            extras["ref_logprobs"] = [r.detach().float().cpu() for r in ref]
+        metrics = {
+            "reward_mean": float(np.mean(rewards)),
+            "num_groups": float(len(groups)),
+            "zero_adv_group_frac": zero_groups / len(groups),
+            "adv_abs_mean": float(np.mean(np.abs(sequence_adv))),
+        }
+        return PreparedBatch(
+            trajectories=trajectories,
+            rewards=rewards,
+            advantages=advantages,
+            old_logprobs=old,
+            metrics=metrics,
+            audit=[],
+            token_extras=extras,
+        )
+
+    def loss(
+        self,
+        policy: Policy,
+        batch: PreparedBatch,
+        micro_indices: Sequence[int],
+        *,
+        minibatch_indices: Sequence[int],
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """Micro-batch loss; metrics are means over the micro-batch's mask-1 tokens (``tokens``: their count)."""
+        cfg = self.config
+        micro = list(micro_indices)
+        missing = set(micro) - set(minibatch_indices)
+        if missing:
+            raise ValueError(f"micro-batch indices {sorted(missing)} are not in the mini-batch")
+        trajs = [batch.trajectories[i] for i in micro]
+        normaliser = minibatch_normaliser([batch.trajectories[i].loss_mask for i in minibatch_indices], cfg.loss_agg)
+        scored = policy.score(
+            [t.token_ids for t in trajs],
+            [t.loss_mask for t in trajs],
+            with_grad=True,
+            return_entropy=cfg.entropy_coef > 0,
+            temperature=cfg.temperature,
+        )
+        new_lps, entropies = scored if cfg.entropy_coef > 0 else (scored, None)
+        per_token, masks = [], []
+        clip_count = tokens = 0.0
+        kl_sum = approx_kl_sum = entropy_sum = pg_sum = 0.0
+        for k, (i, new_lp) in enumerate(zip(micro, new_lps)):
+            mask = torch.as_tensor(batch.trajectories[i].loss_mask, dtype=new_lp.dtype, device=new_lp.device)
+            old = batch.old_logprobs[i].to(new_lp)
+            adv = batch.advantages[i].to(new_lp)
+            loss, clipped = ppo_clip_loss(new_lp, old, adv, cfg.clip_low, cfg.clip_high)
+            pg_sum += float((loss.detach() * mask).sum())
+            if cfg.kl_coef > 0:
+                kl = kl_k3(new_lp, batch.token_extras["ref_logprobs"][i].to(new_lp))
+                loss = loss + cfg.kl_coef * kl
+                kl_sum += float((kl.detach() * mask).sum())
+            if entropies is not None:
+                entropy = entropies[k].to(new_lp)
+                loss = loss - cfg.entropy_coef * entropy
+                entropy_sum += float((entropy.detach() * mask).sum())
+            per_token.append(loss)
+            masks.append(mask)
+            tokens += float(mask.sum())
+            clip_count += float((clipped.float() * mask).sum())
+            approx_kl_sum += float(((old - new_lp.detach()) * mask).sum())
+        total = aggregate(per_token, masks, cfg.loss_agg, normaliser)
+        denom = max(tokens, 1.0)
+        metrics = {
+            "tokens": tokens,
+            "loss/pg": pg_sum / denom,
+            "policy/clip_frac": clip_count / denom,
+            "policy/approx_kl_old": approx_kl_sum / denom,
+        }
+        if cfg.kl_coef > 0:
+            metrics["policy/kl_ref"] = kl_sum / denom
+        if entropies is not None:
+            metrics["policy/entropy"] = entropy_sum / denom
+        return total, metrics

@@ -1,0 +1,394 @@
+"""ORSD: GRPO whose advantages are reshaped token by token by a self-written, reward-selected rubric.
+
+Per rollout batch, for every group with mixed rewards (a group whose rewards are all equal
+gets no rubric: GRPO gives it zero advantage and there is nothing to align a rubric with):
+
+1. propose  K bundles of <= M criteria with the current policy (online), or reuse the bundles
+            written once per task (offline: task description only, cached at first sight);
+2. verify   every attempt against every criterion with the frozen verifier; a bundle's score
+            for an attempt is the mean over its criteria;
+3. select   the bundle whose scores have the highest Spearman correlation with the rewards
+            (or a random one: the ablation); none below ``min_corr``;
+4. replay   the sampled tokens with the selected rubric in the prompt (one scoring pass);
+5. shape    A_t = A_GRPO + beta * clip(delta_t, -c, c).
+
+Defaults for beta and c: delta_t is a per-token log-likelihood ratio, typically a few hundredths
+to a few tenths of a nat, with rare tokens the rubric makes much more or less likely reaching
+several nats; GRPO advantages are O(1) (std-normalised, |A| ~ 1). ``delta_clip = 1.0`` bounds a
+single token's ratio at e (x2.7) so one surprising token cannot dominate, and ``beta = 0.1``
+keeps the whole correction at most a tenth of a typical advantage: it redistributes credit
+between tokens of a response without flipping the sign of the outcome signal.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+import torch
+
+from orsd_gym.algos.base import PreparedBatch, register_algorithm
+from orsd_gym.algos.grpo import GRPO, GRPOConfig
+from orsd_gym.algos.orsd.replay import DEFAULT_RUBRIC_TEMPLATE, Placement, replay_deltas
+from orsd_gym.algos.orsd.rubrics import (
+    DEFAULT_OFFLINE_PROPOSAL_TEMPLATE,
+    DEFAULT_PROPOSAL_SYSTEM,
+    DEFAULT_PROPOSAL_TEMPLATE,
+    format_rubric,
+    parse_criteria,
+    proposal_messages,
+    render_attempt,
+)
+from orsd_gym.algos.orsd.selection import bundle_correlations, select_bundle, select_random_bundle
+from orsd_gym.algos.orsd.shaping import shape_advantages
+from orsd_gym.algos.orsd.verifier import (
+    DEFAULT_VERIFIER_SYSTEM,
+    DEFAULT_VERIFIER_TEMPLATE,
+    Judgement,
+    Scoring,
+    Verifier,
+)
+from orsd_gym.policies.base import Policy, SamplingParams
+from orsd_gym.rollout.trajectory import Trajectory, group_by
+
+
+@dataclass
+class ORSDConfig(GRPOConfig):
+    """GRPO's settings plus ORSD's (see the module docstring for the beta / delta_clip defaults)."""
+
+    #: Candidate bundles per group (K) and criteria per bundle (M, at most).
+    num_bundles: int = 4
+    max_criteria: int = 4
+    proposal_temperature: float = 1.0
+    proposal_max_new_tokens: int = 128
+    proposal_system: str = DEFAULT_PROPOSAL_SYSTEM
+    #: Placeholders: {task}, {attempts}, {num_attempts}, {max_criteria}.
+    proposal_template: str = DEFAULT_PROPOSAL_TEMPLATE
+    #: Task-only prompt of ``rubric_mode: offline`` (same placeholders, no attempts).
+    offline_proposal_template: str = DEFAULT_OFFLINE_PROPOSAL_TEMPLATE
+    #: How attempts are shown to the proposer and the verifier.
+    attempt_max_obs_chars: int = 160
+    attempt_max_steps: int = 30
+    verifier_scoring: Scoring = "prob"
+    verifier_system: str = DEFAULT_VERIFIER_SYSTEM
+    #: Placeholders: {task}, {attempt}, {criterion}.
+    verifier_template: str = DEFAULT_VERIFIER_TEMPLATE
+    #: Verifier contexts per `next_token_logprobs` call.
+    verifier_chunk_size: int = 64
+    min_corr: float = 0.0
+    selection: Literal["reward", "random"] = "reward"
+    rubric_mode: Literal["online", "offline"] = "online"
+    rubric_placement: Placement = "system"
+    #: Placeholder: {rubric} (the selected criteria as a bulleted list).
+    rubric_template: str = DEFAULT_RUBRIC_TEMPLATE
+    beta: float = 0.1
+    delta_clip: float = 1.0
+    center_delta: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("num_bundles", "max_criteria", "proposal_max_new_tokens", "verifier_chunk_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.proposal_temperature < 0:
+            raise ValueError(f"proposal_temperature must be >= 0, got {self.proposal_temperature}")
+        if self.beta < 0 or self.delta_clip <= 0:
+            raise ValueError(f"need beta >= 0 and delta_clip > 0, got {self.beta}, {self.delta_clip}")
+        if not -1.0 <= self.min_corr <= 1.0:
+            raise ValueError(f"min_corr is a correlation threshold in [-1, 1], got {self.min_corr}")
+
+
+@dataclass
+class _GroupWork:
+    """What ORSD works out for one group of attempts."""
+
+    group_id: int
+    indices: list[int]
+    task: str
+    task_key: str
+    rewards: list[float]
+    bundles: list[list[str]]
+    malformed: int = 0
+    scores: list[list[float]] | None = None
+    correlations: list[float | None] | None = None
+    selected: int | None = None
+    reason: str = ""
+
+
+@register_algorithm
+class ORSD(GRPO):
+    """Online Rubric Self-Distillation on top of GRPO."""
+
+    name = "orsd"
+    config_class = ORSDConfig
+    uses_verifier: ClassVar[bool] = True
+    config: ORSDConfig
+
+    def __init__(self, config=None, *, reference: Policy | None = None, verifier: Policy | None = None) -> None:
+        super().__init__(config, reference=reference, verifier=verifier)
+        #: rubric_mode offline: task key -> bundles written once for that task.
+        self.offline_bundles: dict[str, list[list[str]]] = {}
+        self._verifier: Verifier | None = None
+
+    # ------------------------------------------------------------------ prepare
+
+    def prepare(
+        self, trajectories: Sequence[Trajectory], policy: Policy, *, iteration: int, rng: np.random.Generator
+    ) -> PreparedBatch:
+        cfg = self.config
+        started = time.perf_counter()
+        batch = self.grpo_prepare(trajectories)
+        trajs = batch.trajectories
+        position = {id(t): i for i, t in enumerate(trajs)}
+        groups = [
+            _GroupWork(
+                group_id=gid,
+                indices=[position[id(t)] for t in members],
+                task=members[0].task,
+                task_key=f"{members[0].env_id}#{members[0].task_id}",
+                rewards=[batch.rewards[position[id(t)]] for t in members],
+                bundles=[],
+            )
+            for gid, members in group_by(trajs).items()
+        ]
+        active = []
+        for group in groups:
+            if len(group.rewards) < 2 or len(set(group.rewards)) == 1:
+                group.reason = "all rewards equal"
+            else:
+                active.append(group)
+        times = {"time/orsd_grpo": time.perf_counter() - started}
+
+        t0 = time.perf_counter()
+        self._propose(active, trajs, policy, rng)
+        times["time/orsd_propose"] = time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        self._verify([g for g in active if g.bundles], trajs, policy)
+        times["time/orsd_verify"] = time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        for group in active:
+            self._select(group, rng)
+        times["time/orsd_select"] = time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        rubric_of = {
+            i: format_rubric(g.bundles[g.selected]) for g in active if g.selected is not None for i in g.indices
+        }
+        replay_indices = sorted(rubric_of)
+        deltas = [torch.zeros(len(t.token_ids), dtype=torch.float32) for t in trajs]
+        if replay_indices:
+            replayed = replay_deltas(
+                policy,
+                [trajs[i] for i in replay_indices],
+                [rubric_of[i] for i in replay_indices],
+                temperature=cfg.temperature,
+                placement=cfg.rubric_placement,
+                template=cfg.rubric_template,
+            )
+            for i, delta in zip(replay_indices, replayed):
+                deltas[i] = delta
+        times["time/orsd_replay"] = time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        corrections = []
+        for i, trajectory in enumerate(trajs):
+            mask = torch.as_tensor(trajectory.loss_mask, dtype=torch.float32)
+            shaped = shape_advantages(
+                batch.advantages[i], deltas[i], mask, cfg.beta, cfg.delta_clip, center=cfg.center_delta
+            )
+            corrections.append(shaped - batch.advantages[i])
+            batch.advantages[i] = shaped
+        times["time/orsd_shape"] = time.perf_counter() - t0
+        times["time/orsd_total"] = time.perf_counter() - started
+
+        batch.token_extras["orsd_delta"] = deltas
+        batch.token_extras["orsd_correction"] = corrections
+        batch.audit = [self._audit(g, deltas, trajs, iteration) for g in groups]
+        batch.metrics.update(self._metrics(groups, active, deltas, trajs))
+        batch.metrics.update(times)
+        return batch
+
+    def _verifier_for(self, policy: Policy) -> Verifier:
+        if self._verifier is None:
+            # No verifier given: a frozen copy of the policy as first seen, i.e. the initial weights
+            # when prepare first runs before any update (the trainer passes one explicitly).
+            if self.verifier is None:
+                self.verifier = policy.copy_frozen()
+            cfg = self.config
+            self._verifier = Verifier(
+                self.verifier,
+                scoring=cfg.verifier_scoring,
+                system=cfg.verifier_system,
+                template=cfg.verifier_template,
+                chunk_size=cfg.verifier_chunk_size,
+            )
+        return self._verifier
+
+    def _propose(
+        self, groups: list[_GroupWork], trajs: list[Trajectory], policy: Policy, rng: np.random.Generator
+    ) -> None:
+        cfg = self.config
+        need: list[_GroupWork] = []
+        for group in groups:
+            if cfg.rubric_mode == "offline" and group.task_key in self.offline_bundles:
+                group.bundles = [list(b) for b in self.offline_bundles[group.task_key]]
+            else:
+                need.append(group)
+        if cfg.rubric_mode == "offline":
+            # One proposal per distinct task, written from the task description alone.
+            need = list({g.task_key: g for g in need}.values())
+        if not need:
+            return
+        contexts = []
+        for group in need:
+            attempts = None if cfg.rubric_mode == "offline" else [trajs[i] for i in group.indices]
+            messages = proposal_messages(
+                group.task,
+                attempts,
+                max_criteria=cfg.max_criteria,
+                system=cfg.proposal_system,
+                template=cfg.offline_proposal_template if attempts is None else cfg.proposal_template,
+                max_obs_chars=cfg.attempt_max_obs_chars,
+                max_steps=cfg.attempt_max_steps,
+            )
+            context = policy.render_chat(messages, add_generation_prompt=True)
+            contexts.extend([context] * cfg.num_bundles)
+        params = SamplingParams(
+            max_new_tokens=cfg.proposal_max_new_tokens,
+            temperature=cfg.proposal_temperature,
+            seed=int(rng.integers(2**31 - 1)),
+        )
+        with torch.no_grad():
+            completions = policy.generate(contexts, params)
+        for n, group in enumerate(need):
+            texts = [c.text for c in completions[n * cfg.num_bundles : (n + 1) * cfg.num_bundles]]
+            parsed = [parse_criteria(text, cfg.max_criteria) for text in texts]
+            group.bundles = [p for p in parsed if p]
+            group.malformed = sum(1 for p in parsed if not p)
+            if cfg.rubric_mode == "offline":
+                self.offline_bundles[group.task_key] = [list(b) for b in group.bundles]
+        if cfg.rubric_mode == "offline":
+            for group in groups:
+                if not group.bundles:
+                    group.bundles = [list(b) for b in self.offline_bundles.get(group.task_key, [])]
+
+    def _verify(self, groups: list[_GroupWork], trajs: list[Trajectory], policy: Policy) -> None:
+        if not groups:
+            return
+        cfg = self.config
+        verifier = self._verifier_for(policy)
+        judgements, where = [], []
+        for n, group in enumerate(groups):
+            rendered = [
+                render_attempt(trajs[i], max_obs_chars=cfg.attempt_max_obs_chars, max_steps=cfg.attempt_max_steps)
+                for i in group.indices
+            ]
+            for k, bundle in enumerate(group.bundles):
+                for criterion in bundle:
+                    for g, attempt in enumerate(rendered):
+                        judgements.append(Judgement(group.task, attempt, criterion))
+                        where.append((n, k, g))
+        values = verifier.score(judgements)
+        sums = [np.zeros((len(g.bundles), len(g.indices))) for g in groups]
+        for (n, k, g), value in zip(where, values):
+            sums[n][k, g] += value
+        for group, total in zip(groups, sums):
+            counts = np.array([len(b) for b in group.bundles], dtype=np.float64)[:, None]
+            group.scores = (total / counts).tolist()
+
+    def _select(self, group: _GroupWork, rng: np.random.Generator) -> None:
+        cfg = self.config
+        if not group.bundles:
+            group.reason = "no well-formed bundle"
+            return
+        assert group.scores is not None
+        group.correlations = bundle_correlations(group.scores, group.rewards)
+        if cfg.selection == "random":
+            group.selected = select_random_bundle(group.scores, group.rewards, rng)
+        else:
+            group.selected = select_bundle(group.scores, group.rewards, cfg.min_corr)
+        if group.selected is None:
+            if all(c is None for c in group.correlations):
+                group.reason = "no bundle's scores vary across attempts"
+            else:
+                group.reason = f"best correlation below min_corr={cfg.min_corr}"
+
+    # ------------------------------------------------------------------ records
+
+    def _audit(self, group: _GroupWork, deltas: list[torch.Tensor], trajs: list[Trajectory], iteration: int) -> dict:
+        record: dict[str, Any] = {
+            "iteration": iteration,
+            "group_id": group.group_id,
+            "task": group.task,
+            "task_key": group.task_key,
+            "trajectory_indices": group.indices,
+            "rewards": group.rewards,
+            "rubric_mode": self.config.rubric_mode,
+            "bundles": group.bundles,
+            "malformed_bundles": group.malformed,
+            "scores": group.scores,
+            "correlations": group.correlations,
+            "selected": group.selected,
+            "selected_rubric": group.bundles[group.selected] if group.selected is not None else None,
+            "selected_correlation": (
+                group.correlations[group.selected]
+                if group.selected is not None and group.correlations is not None
+                else None
+            ),
+            "no_rubric_reason": group.reason if group.selected is None else None,
+        }
+        if group.selected is not None:
+            values = _masked_deltas(deltas, trajs, group.indices)
+            record["delta"] = {
+                "tokens": int(values.numel()),
+                "mean": float(values.mean()) if values.numel() else 0.0,
+                "abs_mean": float(values.abs().mean()) if values.numel() else 0.0,
+                "min": float(values.min()) if values.numel() else 0.0,
+                "max": float(values.max()) if values.numel() else 0.0,
+                "clipped_frac": float((values.abs() > self.config.delta_clip).float().mean()) if values.numel() else 0.0,
+            }
+        return record
+
+    def _metrics(
+        self, groups: list[_GroupWork], active: list[_GroupWork], deltas: list[torch.Tensor], trajs: list[Trajectory]
+    ) -> dict[str, float]:
+        selected = [g for g in groups if g.selected is not None]
+        corrs = [g.correlations[g.selected] for g in selected if g.correlations and g.correlations[g.selected] is not None]
+        values = _masked_deltas(deltas, trajs, [i for g in selected for i in g.indices])
+        proposed = sum(len(g.bundles) + g.malformed for g in active)
+        return {
+            "orsd/rubric_frac": len(selected) / len(groups),
+            "orsd/mixed_group_frac": len(active) / len(groups),
+            "orsd/mean_corr": float(np.mean(corrs)) if corrs else 0.0,
+            "orsd/bundles_parsed": float(sum(len(g.bundles) for g in active)),
+            "orsd/malformed_frac": sum(g.malformed for g in active) / proposed if proposed else 0.0,
+            "orsd/abs_delta_mean": float(values.abs().mean()) if values.numel() else 0.0,
+            "orsd/abs_delta_max": float(values.abs().max()) if values.numel() else 0.0,
+            "orsd/delta_mean": float(values.mean()) if values.numel() else 0.0,
+            "orsd/delta_clipped_frac": (
+                float((values.abs() > self.config.delta_clip).float().mean()) if values.numel() else 0.0
+            ),
+        }
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"offline_bundles": {k: [list(b) for b in v] for k, v in self.offline_bundles.items()}}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        unknown = set(state) - {"offline_bundles"}
+        if unknown:
+            raise ValueError(f"unknown ORSD state keys {sorted(unknown)}")
+        self.offline_bundles = {
+            str(k): [[str(c) for c in b] for b in v] for k, v in dict(state.get("offline_bundles", {})).items()
+        }
+
+
+def _masked_deltas(deltas: list[torch.Tensor], trajs: list[Trajectory], indices: Sequence[int]) -> torch.Tensor:
+    parts = [deltas[i][torch.as_tensor(trajs[i].loss_mask, dtype=torch.bool)] for i in indices]
+    return torch.cat(parts) if parts else torch.zeros(0)

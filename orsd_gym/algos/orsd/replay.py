@@ -1,0 +1,129 @@
+"""Privileged replay: re-score the sampled tokens with the rubric in the context.
+
+The trajectory's prompt span is re-rendered from `Trajectory.prompt_messages` with the rubric
+inserted (into the system message or the first user message, by a template); everything after
+the prompt span (model turns, env observations, template bridges) is appended unchanged and
+the whole sequence is scored once by the *same* weights that sampled it, at the sampling
+temperature. The "without rubric" log-probs are the rollout-time ones stored in the
+Trajectory, so ORSD costs one scoring pass, not two:
+
+    delta_t = log p(y_t | rubric, prefix) - log p_rollout(y_t | prefix)   on mask-1 tokens, 0 elsewhere
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from orsd_gym.policies.base import Policy
+from orsd_gym.rollout.trajectory import Trajectory
+
+Placement = Literal["system", "user"]
+
+DEFAULT_RUBRIC_TEMPLATE = "Guidance for this task. A good attempt satisfies these criteria:\n{rubric}"
+
+
+class ReplayError(RuntimeError):
+    """A trajectory's prompt span cannot be reproduced from its prompt messages."""
+
+
+def insert_rubric(
+    messages: Sequence[dict[str, str]], rubric: str, *, placement: Placement = "system", template: str = DEFAULT_RUBRIC_TEMPLATE
+) -> list[dict[str, str]]:
+    """A copy of ``messages`` with the rubric block appended to the system or first user message.
+
+    An empty rubric returns the messages unchanged. With ``placement="system"`` and no system
+    message, one holding only the block is put first.
+    """
+    out = [dict(m) for m in messages]
+    if not rubric.strip():
+        return out
+    if placement not in ("system", "user"):
+        raise ValueError(f"rubric placement must be 'system' or 'user', got {placement!r}")
+    try:
+        block = template.format(rubric=rubric)
+    except (KeyError, IndexError) as error:
+        raise ValueError(f"rubric template has an unknown placeholder {error}; use {{rubric}}") from None
+    index = next((i for i, m in enumerate(out) if m.get("role") == placement), None)
+    if index is None:
+        if placement == "user":
+            raise ReplayError("the trajectory's prompt messages have no user message to put the rubric in")
+        return [{"role": "system", "content": block}] + out
+    content = out[index].get("content", "")
+    out[index]["content"] = f"{content}\n\n{block}" if content else block
+    return out
+
+
+def prompt_end(trajectory: Trajectory) -> int:
+    """End of the leading prompt span (``spans[0]`` must be the prompt, starting at 0)."""
+    if not trajectory.spans or trajectory.spans[0].kind != "prompt" or trajectory.spans[0].start != 0:
+        raise ReplayError(
+            f"trajectory (group {trajectory.group_id}) does not start with a prompt span; "
+            "privileged replay needs the rollout collector's span layout"
+        )
+    return trajectory.spans[0].end
+
+
+@dataclass
+class _PromptRendering:
+    add_generation_prompt: bool
+
+
+def _matching_rendering(policy: Policy, trajectory: Trajectory, end: int) -> _PromptRendering:
+    original = list(trajectory.token_ids[:end])
+    for add_generation_prompt in (True, False):
+        if list(policy.render_chat(trajectory.prompt_messages, add_generation_prompt=add_generation_prompt)) == original:
+            return _PromptRendering(add_generation_prompt)
+    raise ReplayError(
+        f"trajectory (group {trajectory.group_id}): its prompt span is not the chat rendering of its "
+        "prompt_messages, so the rubric cannot be inserted faithfully; was it collected with another tokenizer?"
+    )
+
+
+def replay_deltas(
+    policy: Policy,
+    trajectories: Sequence[Trajectory],
+    rubrics: Sequence[str],
+    *,
+    temperature: float = 1.0,
+    placement: Placement = "system",
+    template: str = DEFAULT_RUBRIC_TEMPLATE,
+    force_score: bool = False,
+) -> list[torch.Tensor]:
+    """delta per token of each trajectory (float32, full length, 0 on mask-0 tokens).
+
+    A trajectory whose privileged prompt renders to exactly its original prompt (empty rubric)
+    has the same context under the same weights, so its delta is exactly 0 and it is not
+    scored; ``force_score`` scores it anyway (a check that scoring reproduces the rollout).
+    """
+    if len(trajectories) != len(rubrics):
+        raise ValueError(f"{len(trajectories)} trajectories but {len(rubrics)} rubrics")
+    deltas = [torch.zeros(len(t.token_ids), dtype=torch.float32) for t in trajectories]
+    sequences, masks, plan = [], [], []
+    renderings: dict[tuple[int, ...], _PromptRendering] = {}
+    for index, (trajectory, rubric) in enumerate(zip(trajectories, rubrics)):
+        end = prompt_end(trajectory)
+        key = tuple(trajectory.token_ids[:end])
+        if key not in renderings:
+            renderings[key] = _matching_rendering(policy, trajectory, end)
+        messages = insert_rubric(trajectory.prompt_messages, rubric, placement=placement, template=template)
+        new_prompt = list(policy.render_chat(messages, add_generation_prompt=renderings[key].add_generation_prompt))
+        if new_prompt == list(key) and not force_score:
+            continue
+        sequences.append(new_prompt + list(trajectory.token_ids[end:]))
+        masks.append([0] * len(new_prompt) + list(trajectory.loss_mask[end:]))
+        plan.append((index, end, len(new_prompt)))
+    if not sequences:
+        return deltas
+    with torch.no_grad():
+        scored = policy.score(sequences, masks, temperature=temperature)
+    for (index, end, new_end), with_rubric in zip(plan, scored):
+        trajectory = trajectories[index]
+        mask = torch.as_tensor(trajectory.loss_mask[end:], dtype=torch.float32)
+        old = torch.as_tensor(trajectory.logprobs[end:], dtype=torch.float32)
+        new = with_rubric[new_end:].detach().float().cpu()
+        deltas[index][end:] = (new - old) * mask
+    return deltas

@@ -1,0 +1,142 @@
+"""Rubric proposal prompts and robust parsing of the bundles a model writes.
+
+The proposer sees the task and the group's attempts rendered compactly (actions and short
+observations). It never sees rewards or success flags: the rubric must be a hypothesis about
+*process*, and the outcome is only used afterwards to select among hypotheses.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from orsd_gym.rollout.trajectory import Trajectory
+
+DEFAULT_PROPOSAL_SYSTEM = "You are an expert reviewer of how agents solve text-based tasks."
+
+DEFAULT_PROPOSAL_TEMPLATE = (
+    "Task: {task}\n\n"
+    "Here are {num_attempts} attempts by an agent at this task:\n\n{attempts}\n\n"
+    "Write up to {max_criteria} short, checkable criteria that distinguish a good way of solving "
+    "this task from a bad one. Each criterion must be about the process (what the agent does and "
+    "in which order), answerable with yes or no for any attempt. Answer with a numbered list only."
+)
+
+DEFAULT_OFFLINE_PROPOSAL_TEMPLATE = (
+    "Task: {task}\n\n"
+    "Write up to {max_criteria} short, checkable criteria that distinguish a good way of solving "
+    "this task from a bad one. Each criterion must be about the process (what the agent does and "
+    "in which order), answerable with yes or no for any attempt. Answer with a numbered list only."
+)
+
+# A list item: "1." "1)" "(1)" "1:" "Step 1." "- " "* " "• " "a)" followed by the text.
+_ITEM = re.compile(
+    r"""^\s*(?:
+        (?:criterion|step|rule)?\s*\(?\d{1,2}\s*[.):\]]\s*   # numbered
+      | [-*•+·–]\s+                                          # bulleted
+      | \(?[a-hA-H]\)\s+                                      # lettered
+    )(?P<text>\S.*)$""",
+    re.VERBOSE | re.IGNORECASE,
+)
+# Several numbered items run together on one line: "1. foo 2. bar".
+_INLINE_NUMBER = re.compile(r"\s(?=\d{1,2}[.)]\s+\S)")
+_MARKUP = re.compile(r"[*_`#]+")
+_LEADING_LABEL = re.compile(r"^(?:criterion|check|rule)\s*\d*\s*[:.-]\s*", re.IGNORECASE)
+
+
+@dataclass
+class ParseLimits:
+    """What counts as a usable criterion."""
+
+    min_chars: int = 8
+    max_chars: int = 200
+
+
+def parse_criteria(text: str, max_criteria: int, limits: ParseLimits | None = None) -> list[str]:
+    """The criteria of one model-written bundle, in order, at most ``max_criteria``.
+
+    Accepts numbered, bulleted or lettered lists mixed with extra prose (which is ignored),
+    strips markdown and "Criterion 1:" labels, drops items that are too short or too long and
+    duplicates. An empty result means the bundle is malformed.
+    """
+    if max_criteria < 1:
+        raise ValueError(f"max_criteria must be >= 1, got {max_criteria}")
+    limits = limits or ParseLimits()
+    criteria: list[str] = []
+    seen: set[str] = set()
+    for raw_line in text.splitlines():
+        for piece in _INLINE_NUMBER.split(raw_line):
+            match = _ITEM.match(piece)
+            if match is None:
+                continue
+            item = _clean(match.group("text"))
+            key = item.lower()
+            if not limits.min_chars <= len(item) <= limits.max_chars or key in seen:
+                continue
+            seen.add(key)
+            criteria.append(item)
+            if len(criteria) == max_criteria:
+                return criteria
+    return criteria
+
+
+def _clean(item: str) -> str:
+    item = _MARKUP.sub("", item).strip()
+    item = _LEADING_LABEL.sub("", item).strip()
+    return item.strip(" \"'").strip()
+
+
+def render_attempt(trajectory: Trajectory, *, max_obs_chars: int = 160, max_steps: int = 30) -> str:
+    """An attempt as alternating actions and (shortened) observations, without any outcome signal."""
+    lines = []
+    steps = list(zip(trajectory.actions, trajectory.observations[1:]))
+    for number, (action, observation) in enumerate(steps[:max_steps], start=1):
+        lines.append(f"  {number}. > {_one_line(action, 120)}")
+        lines.append(f"     {_one_line(observation, max_obs_chars)}")
+    if len(steps) > max_steps:
+        lines.append(f"  ... ({len(steps) - max_steps} more steps)")
+    if not steps:
+        lines.append("  (no actions)")
+    return "\n".join(lines)
+
+
+def _one_line(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: max(limit - 3, 0)] + "..."
+
+
+def proposal_messages(
+    task: str,
+    attempts: Sequence[Trajectory] | None,
+    *,
+    max_criteria: int,
+    system: str = DEFAULT_PROPOSAL_SYSTEM,
+    template: str = DEFAULT_PROPOSAL_TEMPLATE,
+    max_obs_chars: int = 160,
+    max_steps: int = 30,
+) -> list[dict[str, str]]:
+    """Chat messages asking for one rubric bundle; ``attempts=None`` for offline (task-only) rubrics."""
+    attempts = list(attempts or [])
+    rendered = "\n\n".join(
+        f"Attempt {letter}:\n{render_attempt(t, max_obs_chars=max_obs_chars, max_steps=max_steps)}"
+        for letter, t in zip(_labels(len(attempts)), attempts)
+    )
+    try:
+        user = template.format(task=task, attempts=rendered, num_attempts=len(attempts), max_criteria=max_criteria)
+    except (KeyError, IndexError) as error:
+        raise ValueError(
+            f"rubric proposal template has an unknown placeholder {error}; use {{task}}, {{attempts}}, "
+            "{num_attempts}, {max_criteria}"
+        ) from None
+    messages = [{"role": "system", "content": system}] if system else []
+    return messages + [{"role": "user", "content": user}]
+
+
+def _labels(n: int) -> list[str]:
+    return [chr(ord("A") + i) if i < 26 else str(i + 1) for i in range(n)]
+
+
+def format_rubric(criteria: Sequence[str]) -> str:
+    """A bundle as the text inserted into the privileged context."""
+    return "\n".join(f"- {c}" for c in criteria)

@@ -1,0 +1,203 @@
+"""ORSD's pure parts against hand-computed cases: selection, shaping, rubric parsing, rubric insertion."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from orsd_gym.algos.orsd import (
+    bundle_correlations,
+    parse_criteria,
+    rankdata,
+    render_attempt,
+    select_bundle,
+    select_random_bundle,
+    shape_advantages,
+    spearman,
+)
+from orsd_gym.algos.orsd.replay import insert_rubric
+from orsd_gym.algos.orsd.rubrics import proposal_messages
+from orsd_gym.rollout.trajectory import Trajectory, TurnSpan
+
+# --------------------------------------------------------------------------- ranks and Spearman
+
+
+def test_rankdata_averages_ties():
+    assert rankdata([10, 20, 20, 5]).tolist() == [2.0, 3.5, 3.5, 1.0]
+    assert rankdata([1, 1, 1]).tolist() == [2.0, 2.0, 2.0]
+
+
+def test_spearman_hand_values():
+    assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    # ties: x ranks [1.5,1.5,3.5,3.5], y ranks [1,2,3,4] -> centred (-1,-1,1,1)/(-1.5,-.5,.5,1.5)
+    # r = 4 / sqrt(4 * 5) = 0.894427
+    assert spearman([0, 0, 1, 1], [1, 2, 3, 4]) == pytest.approx(4 / math.sqrt(20))
+    assert spearman([0.5, 0.5, 0.5], [0, 1, 1]) is None  # constant scores: undefined, not NaN
+
+
+def test_select_bundle_picks_best_aligned():
+    rewards = [1.0, 0.0, 0.0, 1.0]
+    scores = [
+        [0.2, 0.9, 0.8, 0.1],  # anti-aligned: -0.894
+        [0.9, 0.2, 0.1, 0.6],  # aligned: ranks (4,2,1,3) vs (3.5,1.5,1.5,3.5) -> 0.894
+        [0.5, 0.5, 0.5, 0.5],  # constant: undefined
+    ]
+    corrs = bundle_correlations(scores, rewards)
+    assert corrs[0] == pytest.approx(-4 / math.sqrt(20)) and corrs[1] == pytest.approx(4 / math.sqrt(20))
+    assert corrs[2] is None
+    assert select_bundle(scores, rewards) == 1
+    assert select_bundle(scores, rewards, min_corr=0.95) is None
+
+
+def test_select_bundle_ties_go_to_lowest_index():
+    assert select_bundle([[0, 1], [0.1, 0.7], [0, 1]], [0, 1]) == 0
+
+
+def test_select_bundle_none_cases():
+    assert select_bundle([[0.1, 0.9, 0.3]], [1.0, 1.0, 1.0]) is None  # all rewards equal
+    assert select_bundle([[0.4, 0.4], [0.7, 0.7]], [0.0, 1.0]) is None  # no bundle varies
+    assert select_bundle([[0.9, 0.1, 0.5]], [0.0, 1.0, 0.5]) is None  # best corr -1 < 0
+    assert select_bundle([], [0.0, 1.0]) is None
+    # a zero correlation is not below the default threshold 0
+    assert select_bundle([[1, 0, 0, 1]], [0, 0, 1, 1]) == 0
+
+
+def test_select_bundle_rejects_nan_and_bad_shapes():
+    with pytest.raises(ValueError, match="finite"):
+        select_bundle([[float("nan"), 1.0]], [0.0, 1.0])
+    with pytest.raises(ValueError, match=r"\[K\]\[G\]"):
+        select_bundle([[0.1, 0.2, 0.3]], [0.0, 1.0])
+
+
+def test_random_selection_ablation():
+    rng = np.random.default_rng(0)
+    scores = [[0.1, 0.9], [0.9, 0.1], [0.5, 0.5]]
+    picks = {select_random_bundle(scores, [0.0, 1.0], rng) for _ in range(60)}
+    assert picks == {0, 1, 2}  # ignores alignment, even constant bundles can be drawn
+    assert select_random_bundle(scores, [1.0, 1.0], rng) is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(2, 6).flatmap(
+        lambda g: st.tuples(
+            st.lists(st.lists(st.sampled_from([0.0, 0.25, 0.5, 1.0]), min_size=g, max_size=g), min_size=1, max_size=4),
+            st.lists(st.sampled_from([0.0, 0.5, 1.0]), min_size=g, max_size=g),
+        )
+    )
+)
+def test_selection_is_nan_free_and_consistent(case):
+    scores, rewards = case
+    corrs = bundle_correlations(scores, rewards)
+    assert all(c is None or (-1.0 <= c <= 1.0 and not math.isnan(c)) for c in corrs)
+    chosen = select_bundle(scores, rewards)
+    if chosen is not None:
+        assert corrs[chosen] == max(c for c in corrs if c is not None) and corrs[chosen] >= 0
+        assert len(set(rewards)) > 1
+
+
+# --------------------------------------------------------------------------- shaping
+
+
+def test_shape_advantages_hand_values():
+    adv = torch.tensor([0.0, 1.0, 1.0, 1.0, 0.0])
+    delta = torch.tensor([9.0, 0.5, -3.0, 2.0, 7.0])
+    mask = torch.tensor([0, 1, 1, 1, 0])
+    out = shape_advantages(adv, delta, mask, beta=0.1, clip=1.0)
+    torch.testing.assert_close(out, torch.tensor([0.0, 1.05, 0.9, 1.1, 0.0]))
+
+
+def test_shape_advantages_centering_and_no_gradient():
+    adv = torch.zeros(4)
+    delta = torch.tensor([0.0, 0.3, 0.1, 0.2], requires_grad=True)
+    mask = torch.tensor([0, 1, 1, 1])
+    out = shape_advantages(adv, delta, mask, beta=1.0, clip=5.0, center=True)
+    torch.testing.assert_close(out, torch.tensor([0.0, 0.1, -0.1, 0.0]))
+    assert not out.requires_grad
+    # all-masked and zero-delta inputs are NaN-free identities
+    assert torch.equal(shape_advantages(adv, delta.detach(), torch.zeros(4), 1.0, 1.0, center=True), adv)
+    assert torch.equal(shape_advantages(adv + 0.5, torch.zeros(4), mask, 1.0, 1.0, center=True), adv + 0.5)
+
+
+def test_shape_advantages_rejects_bad_input():
+    with pytest.raises(ValueError, match="one shape"):
+        shape_advantages(torch.zeros(3), torch.zeros(2), torch.zeros(3), 0.1, 1.0)
+    with pytest.raises(ValueError, match="NaN"):
+        shape_advantages(torch.zeros(2), torch.tensor([float("nan"), 0.0]), torch.ones(2), 0.1, 1.0)
+    # NaN on a masked-out token is ignored: it is not a model token
+    out = shape_advantages(torch.zeros(2), torch.tensor([float("nan"), 0.5]), torch.tensor([0, 1]), 0.1, 1.0)
+    assert torch.isfinite(out).all()
+
+
+# --------------------------------------------------------------------------- rubric parsing
+
+MESSY = """Sure! Here are some criteria for this task:
+
+1. **Checks the price** before buying.
+2) Opens the drawer before taking the key
+ 3 : Uses the search box with the product name
+- Avoids repeating the same action
+* Avoids repeating the same action
+• ok
+Criterion 5: Confirms the item options match the instruction
+I hope this helps!"""
+
+
+def test_parse_criteria_on_messy_output():
+    assert parse_criteria(MESSY, max_criteria=10) == [
+        "Checks the price before buying.",
+        "Opens the drawer before taking the key",
+        "Uses the search box with the product name",
+        "Avoids repeating the same action",
+        "Confirms the item options match the instruction",
+    ]
+
+
+def test_parse_criteria_limits_inline_lists_and_malformed():
+    assert parse_criteria(MESSY, max_criteria=2) == ["Checks the price before buying.", "Opens the drawer before taking the key"]
+    inline = "1. Goes to the fridge first 2. Takes the apple from the fridge 3. Heats it in the microwave"
+    assert parse_criteria(inline, 5) == [
+        "Goes to the fridge first", "Takes the apple from the fridge", "Heats it in the microwave"
+    ]
+    assert parse_criteria("The agent should look around carefully and think.", 4) == []  # no list: malformed
+    assert parse_criteria("", 4) == []
+    assert parse_criteria("1.\n2. ok\n-", 4) == []
+    with pytest.raises(ValueError):
+        parse_criteria(MESSY, 0)
+
+
+def _traj(actions, observations, success=True):
+    return Trajectory(
+        token_ids=[0], loss_mask=[0], logprobs=[0.0], spans=[TurnSpan("prompt", 0, 1)], rewards=[1.0],
+        infos=[{}], model_turns=list(actions), actions=list(actions), observations=list(observations),
+        task="find it", prompt_messages=[{"role": "user", "content": "hi"}], env_id="e", task_id=0, seed=0,
+        group_id=0, success=success,
+    )
+
+
+def test_proposal_prompt_shows_attempts_never_outcomes():
+    winner = _traj(["guess 10"], ["start", "Correct!"], success=True)
+    loser = _traj(["guess 3", "guess 4"], ["start", "too low " * 60, "too low"], success=False)
+    messages = proposal_messages("find it", [winner, loser], max_criteria=3)
+    user = messages[-1]["content"]
+    assert "Attempt A:" in user and "Attempt B:" in user and "> guess 4" in user
+    assert "reward" not in user.lower() and "success" not in user.lower()
+    assert "..." in render_attempt(loser, max_obs_chars=40)
+    with pytest.raises(ValueError, match="placeholder"):
+        proposal_messages("t", [winner], max_criteria=3, template="{task} {score}")
+
+
+def test_insert_rubric_system_and_user():
+    msgs = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}]
+    out = insert_rubric(msgs, "- a", placement="system", template="R:\n{rubric}")
+    assert out == [{"role": "system", "content": "S\n\nR:\n- a"}, {"role": "user", "content": "U"}]
+    assert msgs[0]["content"] == "S"  # not mutated
+    assert insert_rubric(msgs, "- a", placement="user", template="{rubric}")[1]["content"] == "U\n\n- a"
+    assert insert_rubric(msgs[1:], "- a", placement="system", template="{rubric}")[0] == {"role": "system", "content": "- a"}
+    assert insert_rubric(msgs, "  ", placement="user") == msgs
