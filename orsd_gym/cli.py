@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("orsd_gym.train.cli", "train a policy with GRPO or ORSD from a YAML config"),
     "eval": ("orsd_gym.train.evaluate", "evaluate a checkpoint on held-out tasks"),
     "compare": ("orsd_gym.train.compare", "plain GRPO vs ORSD on one env: train, evaluate, write a report"),
+    "inspect": ("orsd_gym.train.credit", "show a trajectory's token-level credit (ORSD correction, GRPO advantage)"),
     "play": ("orsd_gym.envs.play", "play an env yourself in the terminal"),
 }
 

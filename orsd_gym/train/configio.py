@@ -20,6 +20,9 @@ import yaml
 
 T = TypeVar("T")
 
+#: Example configs installed with the package, usable by name (``--config alfworld_cpu``).
+SHIPPED_CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+
 
 class ConfigError(ValueError):
     """A config key or value is invalid; the message names the key."""
@@ -56,9 +59,7 @@ def load(cls: type[T], path: str | Path | None = None, overrides: Sequence[str] 
     """Read ``path`` (YAML; optional), apply ``key.sub=value`` overrides, build ``cls``."""
     data: dict[str, Any] = {}
     if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"config file {str(path)!r} does not exist")
+        path = resolve_config_path(path)
         try:
             loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
         except yaml.YAMLError as error:
@@ -69,6 +70,22 @@ def load(cls: type[T], path: str | Path | None = None, overrides: Sequence[str] 
     for override in overrides:
         apply_override(data, override)
     return from_dict(cls, data)
+
+
+def shipped_configs() -> list[str]:
+    """Names of the example configs that ship with the package (``orsd_gym/configs/*.yaml``)."""
+    return sorted(p.stem for p in SHIPPED_CONFIGS.glob("*.yaml"))
+
+
+def resolve_config_path(path: str | Path) -> Path:
+    """A config file path, or the name of a shipped config (``alfworld_cpu``)."""
+    candidate = Path(path)
+    if candidate.is_file():
+        return candidate
+    shipped = SHIPPED_CONFIGS / f"{candidate.name.removesuffix('.yaml')}.yaml"
+    if candidate.parent == Path(".") and shipped.is_file():
+        return shipped
+    raise ConfigError(f"config file {str(path)!r} does not exist (shipped configs: {', '.join(shipped_configs())})")
 
 
 def apply_override(data: dict[str, Any], override: str) -> None:

@@ -253,12 +253,12 @@ class Trainer:
         rng = np.random.default_rng(np.random.SeedSequence([cfg.train.seed, iteration, _ALGO]))
         batch = self.algorithm.prepare(trajectories, self.policy, iteration=iteration, rng=rng)
         record["time/prepare"] = time.perf_counter() - started
-        record.update(batch.metrics)
+        record.update(_namespaced(batch.metrics, "algo"))
         self._write_audit(iteration + 1, batch)
 
         view.phase(f"update {iteration + 1}")
         started = time.perf_counter()
-        record.update(self._update(batch, iteration))
+        record.update(_namespaced(self._update(batch, iteration), "loss"))
         record["time/update"] = time.perf_counter() - started
         record["lr"] = self.scheduler.get_last_lr()[0]
         return record
@@ -288,7 +288,7 @@ class Trainer:
                 self.optimizer.step()
                 self.scheduler.step()
         out = {key: sums[key] / counts[key] for key in sums}
-        out["loss/grad_norm"] = float(np.mean(grad_norms)) if grad_norms else 0.0
+        out["grad_norm"] = float(np.mean(grad_norms)) if grad_norms else 0.0
         return out
 
     def _eval_rollouts(self, iteration: int):
@@ -340,6 +340,11 @@ class Trainer:
         extras["advantages"] = [t.tolist() for t in batch.advantages]
         (directory / "token_extras.json").write_text(json.dumps(extras))
         (directory / "groups.json").write_text(json.dumps(batch.audit, indent=1, default=str))
+
+
+def _namespaced(metrics: dict[str, float], namespace: str) -> dict[str, float]:
+    """Keys without a namespace get ``namespace/`` (algorithms may also name their own, e.g. ``orsd/``)."""
+    return {key if "/" in key else f"{namespace}/{key}": value for key, value in metrics.items()}
 
 
 def _algorithm_class(name: str):

@@ -1,0 +1,189 @@
+"""``orsd-gym inspect``: see token-level credit of a training iteration.
+
+Reads what the trainer audits each iteration (``RUN_DIR/audit/iter_N/``: trajectories, the
+per-token extras and the per-group records) and shows one trajectory with every
+model-generated token coloured by its ORSD correction (green raises the token's advantage,
+red lowers it), its GRPO advantage, the rubric that produced the correction, and the prompt and
+observations greyed out; in the terminal (rich) and as a standalone HTML file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from orsd_gym.rollout.trajectory import Trajectory, load_jsonl
+
+
+class AuditNotFoundError(FileNotFoundError):
+    """The run directory has no audit for the requested iteration or trajectory."""
+
+
+@dataclass
+class TokenCredit:
+    text: str
+    kind: str  # "prompt" | "model" | "env"
+    advantage: float | None
+    delta: float | None
+
+
+@dataclass
+class CreditView:
+    trajectory: Trajectory
+    tokens: list[TokenCredit]
+    group: dict[str, Any] | None
+    grpo_advantage: float | None
+
+    @property
+    def rubric(self) -> Any:
+        if not self.group:
+            return None
+        return self.group.get("selected_rubric", self.group.get("rubric"))
+
+
+def audit_dir(run_dir: str | Path, iteration: int) -> Path:
+    path = Path(run_dir) / "audit" / f"iter_{iteration:06d}"
+    if not path.is_dir():
+        available = sorted(p.name for p in (Path(run_dir) / "audit").glob("iter_*")) if (Path(run_dir) / "audit").is_dir() else []
+        raise AuditNotFoundError(
+            f"no audit for iteration {iteration} in {run_dir} (available: {', '.join(available) or 'none'})"
+        )
+    return path
+
+
+def load_credit(run_dir: str | Path, iteration: int, index: int, tokenizer: Any) -> CreditView:
+    """Token-level credit of trajectory ``index`` of iteration ``iteration`` of a run."""
+    directory = audit_dir(run_dir, iteration)
+    trajectories = load_jsonl(directory / "trajectories.jsonl")
+    if not 0 <= index < len(trajectories):
+        raise AuditNotFoundError(f"iteration {iteration} has {len(trajectories)} trajectories; --trajectory {index} is out of range")
+    trajectory = trajectories[index]
+    extras = json.loads((directory / "token_extras.json").read_text())
+    groups = json.loads((directory / "groups.json").read_text())
+    advantages = extras.get("advantages", [None] * len(trajectories))[index]
+    grpo = extras.get("grpo_advantage", [None] * len(trajectories))[index]
+    delta = extras.get("orsd_delta", [None] * len(trajectories))[index]
+    kinds = ["prompt"] * len(trajectory.token_ids)
+    for span in trajectory.spans:
+        for t in range(span.start, span.end):
+            kinds[t] = span.kind
+    pieces = tokenizer.convert_ids_to_tokens(trajectory.token_ids)
+    texts = [tokenizer.convert_tokens_to_string([piece]) for piece in pieces]
+    tokens = []
+    for t, text in enumerate(texts):
+        learn = trajectory.loss_mask[t] == 1
+        tokens.append(TokenCredit(
+            text=text,
+            kind=kinds[t],
+            advantage=(advantages[t] if advantages is not None and learn else None),
+            delta=(delta[t] if delta is not None and learn else None),
+        ))
+    grpo_value = next((grpo[t] for t in range(len(grpo)) if trajectory.loss_mask[t]), None) if grpo else None
+    if grpo_value is None and advantages is not None and delta is None:
+        grpo_value = next((advantages[t] for t in range(len(advantages)) if trajectory.loss_mask[t]), None)
+    group = next((g for g in groups if g.get("group_id") == trajectory.group_id), None)
+    return CreditView(trajectory, tokens, group, grpo_value)
+
+
+def _scale(view: CreditView) -> float:
+    values = [abs(t.delta) for t in view.tokens if t.delta is not None]
+    return max(values) if values and max(values) > 0 else 1.0
+
+
+def render_terminal(view: CreditView, console: Any) -> None:
+    from rich.text import Text
+
+    traj = view.trajectory
+    console.print(f"[bold]task[/bold] {traj.task}  [dim](task {traj.task_id}, seed {traj.seed}, group {traj.group_id})[/dim]")
+    console.print(f"reward {traj.episode_return:.3f}, success {traj.success}, GRPO advantage "
+                  f"{view.grpo_advantage if view.grpo_advantage is not None else 'n/a'}")
+    console.print(f"[bold]rubric[/bold] {json.dumps(view.rubric) if view.rubric else '(none selected: zero correction)'}")
+    scale = _scale(view)
+    text = Text()
+    for token in view.tokens:
+        if token.kind != "model":
+            text.append(token.text, style="grey50")
+        elif token.delta is None:
+            text.append(token.text, style="bold")
+        else:
+            strength = min(1.0, abs(token.delta) / scale)
+            level = int(60 + 195 * strength)
+            colour = f"rgb(0,{level},0)" if token.delta >= 0 else f"rgb({level},0,0)"
+            text.append(token.text, style=f"bold white on {colour}")
+    console.print(text)
+
+
+def render_html(view: CreditView) -> str:
+    traj = view.trajectory
+    scale = _scale(view)
+    spans = []
+    for token in view.tokens:
+        content = html.escape(token.text).replace("\n", "<br>")
+        if token.kind != "model":
+            spans.append(f'<span class="obs">{content}</span>')
+            continue
+        title = f"advantage {token.advantage:.4f}" if token.advantage is not None else "advantage n/a"
+        if token.delta is None:
+            spans.append(f'<span class="tok" title="{title}">{content}</span>')
+            continue
+        strength = min(1.0, abs(token.delta) / scale)
+        colour = f"rgba(0,160,0,{strength:.2f})" if token.delta >= 0 else f"rgba(200,0,0,{strength:.2f})"
+        title += f"; ORSD delta {token.delta:+.4f}"
+        spans.append(f'<span class="tok" style="background:{colour}" title="{html.escape(title)}">{content}</span>')
+    rubric = view.rubric
+    rubric_html = (
+        "<ol>" + "".join(f"<li>{html.escape(str(c))}</li>" for c in rubric) + "</ol>"
+        if isinstance(rubric, list) else html.escape(str(rubric or "(none selected: zero correction)"))
+    )
+    return f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>orsd-gym credit: task {traj.task_id}</title>
+<style>
+body {{ font-family: system-ui, sans-serif; max-width: 70em; margin: 2em auto; }}
+.seq {{ font-family: ui-monospace, monospace; white-space: pre-wrap; line-height: 1.6; border: 1px solid #ddd; padding: 1em; }}
+.obs {{ color: #999; }}
+.tok {{ font-weight: 600; border-radius: 2px; }}
+</style></head><body>
+<h2>{html.escape(traj.task)}</h2>
+<p>env {html.escape(traj.env_id)}, task {traj.task_id}, seed {traj.seed}, group {traj.group_id};
+reward {traj.episode_return:.3f}, success {traj.success};
+GRPO advantage {view.grpo_advantage if view.grpo_advantage is not None else "n/a"}</p>
+<h3>Rubric</h3>{rubric_html}
+<p>Model tokens: green = ORSD raises the token's advantage, red = lowers it (hover for values).
+Prompt and observations are grey.</p>
+<div class="seq">{"".join(spans)}</div>
+</body></html>
+"""
+
+
+# --------------------------------------------------------------------------- CLI
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_dir", help="a training run directory (train.output_dir)")
+    parser.add_argument("--iteration", type=int, default=1, help="training iteration (1-based, as in metrics.jsonl)")
+    parser.add_argument("--trajectory", type=int, default=0, help="index of the trajectory within the iteration")
+    parser.add_argument("--html", help="also write a standalone HTML file here")
+
+
+def run(args: argparse.Namespace) -> int:
+    import yaml
+    from rich.console import Console
+
+    from orsd_gym.cli import CLIError
+    from orsd_gym.policies.models import load_tokenizer
+
+    config_path = Path(args.run_dir) / "config.yaml"
+    if not config_path.is_file():
+        raise CLIError(f"{args.run_dir} is not a run directory (no config.yaml)")
+    model_name = yaml.safe_load(config_path.read_text())["model"]["name"]
+    try:
+        view = load_credit(args.run_dir, args.iteration, args.trajectory, load_tokenizer(model_name))
+    except AuditNotFoundError as error:
+        raise CLIError(str(error)) from error
+    render_terminal(view, Console())
+    if args.html:
+        Path(args.html).write_text(render_html(view), encoding="utf-8")
+        print(f"wrote {args.html}")
+    return 0
