@@ -1,1 +1,29 @@
-"""The generic LLM-policy interface and its backends."""
+"""The generic LLM-policy interface and its backends.
+
+``from orsd_gym.policies import load_policy`` is cheap: the transformers backend (and torch)
+is imported on first use of `load_policy` / `HFPolicy`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orsd_gym.policies.base import Completion, Policy, SamplingParams
+
+_LAZY = {
+    "load_policy": "orsd_gym.policies.models",
+    "ModelNotFoundError": "orsd_gym.policies.models",
+    "HFPolicy": "orsd_gym.policies.hf",
+    "KVSession": "orsd_gym.policies.hf",
+    "LoRASettings": "orsd_gym.policies.hf",
+}
+
+__all__ = ["Completion", "Policy", "SamplingParams", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'orsd_gym.policies' has no attribute {name!r}")

