@@ -10,6 +10,7 @@ import contextlib
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 INVALID_FEEDBACK = "Nothing happens."
 
@@ -41,22 +42,34 @@ def _argv_preserved() -> Iterator[None]:
         sys.argv[:] = saved
 
 
+# TextWorld's PddlEnv copies and dlopens Fast Downward's library on construction and never
+# unloads it (unloading and reloading it crashes the process), so every PddlEnv made is memory
+# kept for good. Closed engines park their PddlEnv here and new engines take one, which bounds
+# the library copies by the number of engines open at once.
+_IDLE_PDDL_ENVS: dict[bool, list[Any]] = {False: [], True: []}
+
+
+def _take_pddl_env(expert: bool):
+    if _IDLE_PDDL_ENVS[expert]:
+        return _IDLE_PDDL_ENVS[expert].pop()
+    import textworld
+    from alfworld.agents.environment.alfred_tw_env import AlfredDemangler
+    from textworld.envs.pddl import PddlEnv
+
+    infos = textworld.EnvInfos(won=True, admissible_commands=True, policy_commands=expert)
+    with _argv_preserved():
+        return AlfredDemangler(PddlEnv(infos), shuffle=False)
+
+
 class PddlGameEngine:
     """Plays TextWorld PDDL games (``*.tw-pddl``) one at a time.
 
-    One engine keeps one copy of Fast Downward's shared library for its whole life (TextWorld
-    copies and loads the library per `PddlEnv`), and loading the same game again only resets it.
+    Loading the same game again only resets it (GRPO groups replay one task many times).
     """
 
     def __init__(self, *, expert: bool = False) -> None:
-        import textworld
-        from alfworld.agents.environment.alfred_tw_env import AlfredDemangler
-        from textworld.envs.pddl import PddlEnv
-
         self.expert = expert
-        infos = textworld.EnvInfos(won=True, admissible_commands=True, policy_commands=expert)
-        with _argv_preserved():
-            self._env = AlfredDemangler(PddlEnv(infos), shuffle=False)
+        self._env = _take_pddl_env(expert)
         self._loaded: str | None = None
         self._state: EngineState | None = None
 
@@ -66,6 +79,8 @@ class PddlGameEngine:
 
     def reset(self, game_file: str) -> EngineState:
         """Start ``game_file`` from its initial state."""
+        if self._env is None:
+            raise EngineError("this engine was closed")
         try:
             with _argv_preserved():
                 if game_file != self._loaded:
@@ -99,14 +114,10 @@ class PddlGameEngine:
         return self._state
 
     def close(self) -> None:
-        """Unload Fast Downward's library copy (TextWorld never does, so each engine would leak one)."""
-        import fast_downward
-
-        pddl_env = self._env.unwrapped
-        lib = getattr(pddl_env, "downward_lib", None)
-        if lib is not None:
-            fast_downward.close_lib(lib)
-            pddl_env.downward_lib = None
+        """Hand the engine's PddlEnv (and its library copy) to the next engine made."""
+        if self._env is not None:
+            _IDLE_PDDL_ENVS[self.expert].append(self._env)
+            self._env = None
         self._loaded = None
         self._state = None
 
