@@ -201,3 +201,13 @@ def test_insert_rubric_system_and_user():
     assert insert_rubric(msgs, "- a", placement="user", template="{rubric}")[1]["content"] == "U\n\n- a"
     assert insert_rubric(msgs[1:], "- a", placement="system", template="{rubric}")[0] == {"role": "system", "content": "- a"}
     assert insert_rubric(msgs, "  ", placement="user") == msgs
+
+
+def test_render_attempt_keeps_head_and_tail_of_long_episodes():
+    actions = [f"go to place {i}" for i in range(1, 11)]
+    traj = _traj(actions, ["start"] + [f"You arrive at place {i}." for i in range(1, 11)])
+    text = render_attempt(traj, max_steps=4)
+    assert "1. > go to place 1" in text and "2. > go to place 2" in text
+    assert "9. > go to place 9" in text and "10. > go to place 10" in text
+    assert "(6 steps omitted)" in text and "place 5" not in text
+    assert render_attempt(traj, max_steps=10).count("> go to") == 10

@@ -70,8 +70,10 @@ class ORSDConfig(GRPOConfig):
     #: Task-only prompt of ``rubric_mode: offline`` (same placeholders, no attempts).
     offline_proposal_template: str = DEFAULT_OFFLINE_PROPOSAL_TEMPLATE
     #: How attempts are shown to the proposer and the verifier.
-    attempt_max_obs_chars: int = 160
-    attempt_max_steps: int = 30
+    attempt_max_obs_chars: int = 120
+    attempt_max_steps: int = 16
+    #: Token budget of a proposal prompt: attempts show fewer steps until it fits.
+    proposal_max_context_tokens: int = 3072
     verifier_scoring: Scoring = "prob"
     verifier_system: str = DEFAULT_VERIFIER_SYSTEM
     #: Placeholders: {task}, {attempt}, {criterion}.
@@ -90,7 +92,10 @@ class ORSDConfig(GRPOConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for name in ("num_bundles", "max_criteria", "proposal_max_new_tokens", "verifier_chunk_size"):
+        for name in (
+            "num_bundles", "max_criteria", "proposal_max_new_tokens", "verifier_chunk_size",
+            "attempt_max_steps", "proposal_max_context_tokens",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.proposal_temperature < 0:
@@ -247,17 +252,7 @@ class ORSD(GRPO):
         contexts = []
         for group in need:
             attempts = None if cfg.rubric_mode == "offline" else [trajs[i] for i in group.indices]
-            messages = proposal_messages(
-                group.task,
-                attempts,
-                max_criteria=cfg.max_criteria,
-                system=cfg.proposal_system,
-                template=cfg.offline_proposal_template if attempts is None else cfg.proposal_template,
-                max_obs_chars=cfg.attempt_max_obs_chars,
-                max_steps=cfg.attempt_max_steps,
-            )
-            context = policy.render_chat(messages, add_generation_prompt=True)
-            contexts.extend([context] * cfg.num_bundles)
+            contexts.extend([self._proposal_context(group, attempts, policy)] * cfg.num_bundles)
         params = SamplingParams(
             max_new_tokens=cfg.proposal_max_new_tokens,
             temperature=cfg.proposal_temperature,
@@ -276,6 +271,25 @@ class ORSD(GRPO):
             for group in groups:
                 if not group.bundles:
                     group.bundles = [list(b) for b in self.offline_bundles.get(group.task_key, [])]
+
+    def _proposal_context(self, group: _GroupWork, attempts: list[Trajectory] | None, policy: Policy) -> list[int]:
+        """The rendered proposal prompt, showing fewer steps per attempt until it fits the budget."""
+        cfg = self.config
+        max_steps = cfg.attempt_max_steps
+        while True:
+            messages = proposal_messages(
+                group.task,
+                attempts,
+                max_criteria=cfg.max_criteria,
+                system=cfg.proposal_system,
+                template=cfg.offline_proposal_template if attempts is None else cfg.proposal_template,
+                max_obs_chars=cfg.attempt_max_obs_chars,
+                max_steps=max_steps,
+            )
+            context = policy.render_chat(messages, add_generation_prompt=True)
+            if len(context) <= cfg.proposal_max_context_tokens or max_steps == 1:
+                return context
+            max_steps = max(1, max_steps // 2)
 
     def _verify(self, groups: list[_GroupWork], trajs: list[Trajectory], policy: Policy) -> None:
         if not groups:

@@ -89,13 +89,23 @@ def _clean(item: str) -> str:
 
 def render_attempt(trajectory: Trajectory, *, max_obs_chars: int = 160, max_steps: int = 30) -> str:
     """An attempt as alternating actions and (shortened) observations, without any outcome signal."""
-    lines = []
+    if max_steps < 1:
+        raise ValueError(f"max_steps must be >= 1, got {max_steps}")
     steps = list(zip(trajectory.actions, trajectory.observations[1:]))
-    for number, (action, observation) in enumerate(steps[:max_steps], start=1):
+    # Long episodes keep their beginning and their end (where they succeed or stall).
+    head = (max_steps + 1) // 2
+    tail = max_steps - head
+    shown = list(enumerate(steps, start=1))
+    if len(steps) > max_steps:
+        shown = shown[:head] + [None] + (shown[-tail:] if tail else [])
+    lines = []
+    for item in shown:
+        if item is None:
+            lines.append(f"  ... ({len(steps) - max_steps} steps omitted)")
+            continue
+        number, (action, observation) = item
         lines.append(f"  {number}. > {_one_line(action, 120)}")
         lines.append(f"     {_one_line(observation, max_obs_chars)}")
-    if len(steps) > max_steps:
-        lines.append(f"  ... ({len(steps) - max_steps} more steps)")
     if not steps:
         lines.append("  (no actions)")
     return "\n".join(lines)

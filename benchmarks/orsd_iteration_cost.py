@@ -1,0 +1,149 @@
+"""Wall time of one ORSD iteration vs one GRPO iteration on identical rollouts, by phase.
+
+One batch of rollouts is collected once; then each algorithm runs its iteration on exactly
+those trajectories, starting from the same weights: ``prepare`` (GRPO: rewards and
+advantages; ORSD: the same plus rubric proposal, verification, selection, privileged replay,
+shaping) and the update (micro-batched loss/backward and one AdamW step per mini-batch).
+Weights and optimiser are reset between runs. An iteration's time includes the shared
+rollout, since that is what a training iteration costs; the ratio without it is printed too.
+
+    .venv/bin/python benchmarks/orsd_iteration_cost.py                      # smollm2-135m on GuessNumber
+    .venv/bin/python benchmarks/orsd_iteration_cost.py --model tiny-random  # seconds, for a smoke run
+
+Goal: ORSD <= 1.5x GRPO per iteration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import statistics
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+
+@dataclass
+class Timing:
+    prepare: float
+    update: float
+    phases: dict[str, float]
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--env", default="orsd_gym/GuessNumber-v0")
+    parser.add_argument("--tasks", type=int, default=4, help="task groups per iteration")
+    parser.add_argument("--group-size", type=int, default=4)
+    parser.add_argument("--max-turns", type=int, default=6)
+    parser.add_argument("--max-new-tokens", type=int, default=32)
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--repeats", type=int, default=2, help="timed repetitions of each algorithm (median kept)")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--orsd", default="{}", help="JSON overrides of the ORSD config")
+    parser.add_argument("--json", default=None, help="also write the measurements to this file")
+    return parser.parse_args()
+
+
+def run_iteration(algo, policy, trajectories, optimizer, rng_seed: int, micro_batch_tokens: int = 4096) -> Timing:
+    started = time.perf_counter()
+    batch = algo.prepare(trajectories, policy, iteration=0, rng=np.random.default_rng(rng_seed))
+    prepare = time.perf_counter() - started
+    started = time.perf_counter()
+    indices = list(range(len(batch.trajectories)))
+    optimizer.zero_grad(set_to_none=True)
+    micro, longest = [], 0
+    micro_batches = []
+    for i in indices:  # the trainer's rule: rows x longest row within the token budget
+        n = len(batch.trajectories[i].token_ids)
+        if micro and max(longest, n) * (len(micro) + 1) > micro_batch_tokens:
+            micro_batches.append(micro)
+            micro, longest = [], 0
+        micro.append(i)
+        longest = max(longest, n)
+    micro_batches.append(micro)
+    for micro in micro_batches:
+        loss, _ = algo.loss(policy, batch, micro, minibatch_indices=indices)
+        loss.backward()
+    optimizer.step()
+    update = time.perf_counter() - started
+    phases = {k: v for k, v in batch.metrics.items() if k.startswith("time/")}
+    return Timing(prepare, update, phases)
+
+
+def main() -> int:
+    args = parse_args()
+    torch.set_num_threads(args.threads)
+    import gymnasium as gym
+
+    import orsd_gym  # noqa: F401  (registers the envs)
+    from orsd_gym.algos import make_algorithm
+    from orsd_gym.policies.base import SamplingParams
+    from orsd_gym.policies.models import load_policy
+    from orsd_gym.rollout.collector import collect
+
+    policy = load_policy(args.model, device=args.device, seed=args.seed)
+    verifier = policy.copy_frozen()
+    env = gym.make(args.env)
+    sampling = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed)
+    started = time.perf_counter()
+    trajectories = collect(
+        env, policy, list(range(args.tasks)), group_size=args.group_size, sampling=sampling,
+        max_turns=args.max_turns, seed=args.seed, progress=False,
+    )
+    rollout = time.perf_counter() - started
+    tokens = sum(sum(t.loss_mask) for t in trajectories)
+    successes = [t.success for t in trajectories]
+    print(f"rollout: {len(trajectories)} trajectories, {tokens} model tokens, "
+          f"success {np.mean(successes):.2f}, {rollout:.2f}s")
+
+    initial_weights = copy.deepcopy(policy.state_dict())
+    common = {"temperature": args.temperature}
+    algos = {
+        "grpo": lambda: make_algorithm("grpo", common),
+        "orsd": lambda: make_algorithm("orsd", {**common, **json.loads(args.orsd)}, verifier=verifier),
+    }
+    results: dict[str, list[Timing]] = {name: [] for name in algos}
+    for repeat in range(args.repeats):
+        for name, build in algos.items():
+            policy.load_state_dict(copy.deepcopy(initial_weights))
+            optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=1e-6)
+            results[name].append(run_iteration(build(), policy, trajectories, optimizer, rng_seed=args.seed + repeat))
+
+    def median(name: str, get) -> float:
+        return statistics.median(get(t) for t in results[name])
+
+    summary = {}
+    for name in algos:
+        prepare, update = median(name, lambda t: t.prepare), median(name, lambda t: t.update)
+        summary[name] = {"rollout": rollout, "prepare": prepare, "update": update, "total": rollout + prepare + update}
+        summary[name]["phases"] = {k: median(name, lambda t, k=k: t.phases.get(k, 0.0)) for k in results[name][0].phases}
+    print(f"\n{'phase':<26}{'GRPO s':>10}{'ORSD s':>10}")
+    for key in ("rollout", "prepare", "update", "total"):
+        print(f"{key:<26}{summary['grpo'][key]:>10.3f}{summary['orsd'][key]:>10.3f}")
+    for key, value in summary["orsd"]["phases"].items():
+        print(f"  {key:<24}{'':>10}{value:>10.3f}")
+    ratio = summary["orsd"]["total"] / summary["grpo"]["total"]
+    no_rollout = (summary["orsd"]["prepare"] + summary["orsd"]["update"]) / (
+        summary["grpo"]["prepare"] + summary["grpo"]["update"]
+    )
+    orsd_record = algos["orsd"]().config
+    print(f"\nORSD / GRPO per iteration: {ratio:.2f}x (goal <= 1.5x); "
+          f"excluding the shared rollout: {no_rollout:.2f}x")
+    print(f"(model {args.model}, env {args.env}, {args.tasks}x{args.group_size} attempts, K={orsd_record.num_bundles}, "
+          f"M={orsd_record.max_criteria}, {args.threads} threads, device {args.device})")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump({"args": vars(args), "summary": summary, "ratio": ratio, "ratio_without_rollout": no_rollout},
+                      handle, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
