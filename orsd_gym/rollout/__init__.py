@@ -1,1 +1,21 @@
-"""Multi-turn rollouts over (vector) envs, producing token-level Trajectories."""
+"""Multi-turn rollouts over (vector) envs, producing token-level Trajectories.
+
+``from orsd_gym.rollout import collect`` imports the collector lazily (it needs gymnasium and
+the policy interface, not torch).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orsd_gym.rollout.trajectory import Trajectory, TurnSpan, group_by, load_jsonl, save_jsonl
+
+__all__ = ["Trajectory", "TurnSpan", "group_by", "load_jsonl", "save_jsonl", "collect", "TaskSpec"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("collect", "TaskSpec"):
+        from orsd_gym.rollout import collector
+
+        return getattr(collector, name)
+    raise AttributeError(f"module 'orsd_gym.rollout' has no attribute {name!r}")

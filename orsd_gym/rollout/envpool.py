@@ -1,0 +1,83 @@
+"""Slots of envs the collector plays in parallel: a list of envs, or a Gymnasium vector env.
+
+Each slot is reset individually (its own seed and ``task_id`` option) when an episode starts,
+so G attempts at one task and different tasks share one pool. A vector env is driven through
+``options["reset_mask"]`` (Gymnasium >= 1.0); its default ``NEXT_STEP`` autoreset is harmless
+because a slot is always reset explicitly before its next episode.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+StepResult = tuple[str, float, bool, bool, dict[str, Any]]
+
+
+def _unbatch_info(infos: dict[str, Any], index: int) -> dict[str, Any]:
+    """Env ``index``'s info from a vector env's batched info dict (``key`` + ``_key`` masks)."""
+    out: dict[str, Any] = {}
+    for key, value in infos.items():
+        if key.startswith("_"):
+            continue
+        present = infos.get(f"_{key}")
+        if present is not None and not bool(present[index]):
+            continue
+        out[key] = _unbatch_info(value, index) if isinstance(value, dict) else value[index]
+    return out
+
+
+class EnvSlots:
+    """``n`` independently resettable envs stepped together."""
+
+    def __init__(self, env: str | gym.Env | gym.vector.VectorEnv, n: int, env_kwargs: dict[str, Any] | None = None):
+        self._owned: list[Any] = []
+        self.vector: gym.vector.VectorEnv | None = None
+        self.envs: list[gym.Env] = []
+        if isinstance(env, gym.vector.VectorEnv):
+            self.vector = env
+            self.n = env.num_envs
+        elif isinstance(env, str):
+            self.envs = [gym.make(env, **(env_kwargs or {})) for _ in range(n)]
+            self._owned = list(self.envs)
+            self.n = n
+        elif isinstance(env, gym.Env):
+            # More copies of the caller's env from its spec, so episodes can run side by side.
+            extra = [gym.make(env.spec) for _ in range(n - 1)] if env.spec is not None else []
+            self.envs = [env, *extra]
+            self._owned = extra
+            self.n = len(self.envs)
+        else:
+            raise TypeError(f"env must be an env id, a gymnasium.Env or a VectorEnv, got {type(env).__name__}")
+
+    @property
+    def env_id(self) -> str | None:
+        spec = self.vector.spec if self.vector is not None else self.envs[0].spec
+        return None if spec is None else spec.id
+
+    def reset(self, slot: int, seed: int, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        if self.vector is None:
+            return self.envs[slot].reset(seed=seed, options=dict(options))
+        mask = np.zeros(self.n, dtype=np.bool_)
+        mask[slot] = True
+        seeds = [seed if i == slot else None for i in range(self.n)]
+        observations, infos = self.vector.reset(seed=seeds, options={**options, "reset_mask": mask})
+        return str(observations[slot]), _unbatch_info(infos, slot)
+
+    def step(self, actions: dict[int, str]) -> dict[int, StepResult]:
+        if self.vector is None:
+            return {slot: self.envs[slot].step(action) for slot, action in actions.items()}
+        batch = [actions.get(slot, "") for slot in range(self.n)]  # idle slots get a throwaway action
+        observations, rewards, terminated, truncated, infos = self.vector.step(tuple(batch))
+        return {
+            slot: (str(observations[slot]), float(rewards[slot]), bool(terminated[slot]), bool(truncated[slot]),
+                   _unbatch_info(infos, slot))
+            for slot in actions
+        }
+
+    def close(self) -> None:
+        """Close the envs this pool made (never the caller's)."""
+        for env in self._owned:
+            env.close()
