@@ -15,6 +15,8 @@ from typing import Any
 
 _DECODER = json.JSONDecoder()
 _WHITESPACE = " \t\n\r"
+_NUMBER_START = frozenset("-0123456789")
+_NUMBER_CHARS = frozenset("-+.eE0123456789")
 DEFAULT_CHUNK_CHARS = 1 << 20
 
 
@@ -64,6 +66,14 @@ class _Buffer:
         """Decode one JSON value, reading more of the file until it is complete."""
         self.peek()
         while True:
+            # A number cut at the chunk edge ("12" of "12.5") would decode short, so make sure
+            # a number's characters end inside the buffer first.
+            if self.text[self.pos : self.pos + 1] in _NUMBER_START:
+                end = self.pos
+                while end < len(self.text) and self.text[end] in _NUMBER_CHARS:
+                    end += 1
+                if end == len(self.text) and self._refill():
+                    continue
             try:
                 value, end = _DECODER.raw_decode(self.text, self.pos)
             except json.JSONDecodeError as error:
@@ -71,10 +81,6 @@ class _Buffer:
                 if self._refill():
                     continue
                 raise JSONStreamError(f"{self.path}: invalid JSON near character {error.pos}: {error.msg}") from error
-            # A number cut at the chunk edge decodes "successfully" but short: make sure it
-            # is followed by something that ends a value before trusting it.
-            if end == len(self.text) and not self.eof and self._refill():
-                continue
             self.pos = end
             return value
 
