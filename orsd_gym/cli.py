@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "compare": ("orsd_gym.train.compare", "plain GRPO vs ORSD on one env: train, evaluate, write a report"),
     "inspect": ("orsd_gym.train.credit", "show a trajectory's token-level credit (ORSD correction, GRPO advantage)"),
     "play": ("orsd_gym.envs.play", "play an env yourself in the terminal"),
+    "rollout": ("orsd_gym.rollout.cli", "play a model on an env and write Trajectories (JSONL) with a summary"),
 }
 
 

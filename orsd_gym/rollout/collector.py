@@ -188,6 +188,9 @@ def collect(
                 room = int(token_budget - len(episode.builder.context()))
                 if room < 1:
                     episode.truncated, episode.cut_by = True, "max_episode_tokens"
+                    if isinstance(episode.builder, SequenceEpisode):
+                        # The model never answers the last observation: keep the sample within budget.
+                        episode.builder.drop_trailing_observation()
                     continue
                 by_limit.setdefault(min(sampling.max_new_tokens, room), []).append(episode)
             completions: dict[int, Completion] = {}

@@ -133,6 +133,12 @@ class SequenceEpisode:
             raise RuntimeError("add_observation before any model turn")
         self.sample.append("env", self.fmt.bridge_tokens(user_message, self._last))
 
+    def drop_trailing_observation(self) -> None:
+        """Remove a final env span (used when the episode is cut before the model could answer it)."""
+        if self.sample.spans and self.sample.spans[-1].kind == "env":
+            start = self.sample.spans.pop().start
+            del self.sample.token_ids[start:], self.sample.loss_mask[start:], self.sample.logprobs[start:]
+
     def samples(self) -> list[Sample]:
         return [self.sample]
 
