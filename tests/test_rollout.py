@@ -169,7 +169,9 @@ def test_webshop_rollout(policy):
 
 def test_cli_end_to_end(policy, tmp_path):
     out = tmp_path / "r.jsonl"
-    cmd = [sys.executable, "-m", "orsd_gym.cli", "rollout", "--env", GUESS, "--model", "tiny-random", "--tasks", "2",
+    # Through main() of the imported module (as the `orsd-gym` script does), not `-m orsd_gym.cli`.
+    entry = "import sys; from orsd_gym.cli import main; sys.exit(main(sys.argv[1:]))"
+    cmd = [sys.executable, "-c", entry, "rollout", "--env", GUESS, "--model", "tiny-random", "--tasks", "2",
            "--group", "2", "--max-turns", "2", "--max-new-tokens", "8", "--out", str(out), "--quiet"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env={**__import__("os").environ, "OMP_NUM_THREADS": "1", "COLUMNS": "200"})
     assert done.returncode == 0, done.stderr
