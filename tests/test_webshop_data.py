@@ -204,7 +204,7 @@ def test_split_and_goal_validation_errors():
 
 
 # --------------------------------------------------------------------------- synthetic catalog
-def test_synthetic_catalog_is_deterministic_and_in_the_official_format(tmp_path):
+def test_synthetic_catalog_is_deterministic_and_in_the_official_format():
     raws, attributes = synthetic_catalog_data(120, seed=5)
     again, _ = synthetic_catalog_data(120, seed=5)
     other, _ = synthetic_catalog_data(120, seed=6)
