@@ -211,3 +211,8 @@ def test_render_attempt_keeps_head_and_tail_of_long_episodes():
     assert "9. > go to place 9" in text and "10. > go to place 10" in text
     assert "(6 steps omitted)" in text and "place 5" not in text
     assert render_attempt(traj, max_steps=10).count("> go to") == 10
+
+
+def test_parse_criteria_drops_headings_and_stray_numbers():
+    text = "Criteria:\n- 1: Touches the apple before the fridge\n- Scaling:\n- 2) Opens the fridge door\n* Rebinding:"
+    assert parse_criteria(text, 4) == ["Touches the apple before the fridge", "Opens the fridge door"]

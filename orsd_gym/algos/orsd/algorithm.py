@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -63,7 +63,8 @@ class ORSDConfig(GRPOConfig):
     num_bundles: int = 4
     max_criteria: int = 4
     proposal_temperature: float = 1.0
-    proposal_max_new_tokens: int = 128
+    #: Enough for M=4 one-line criteria; every extra token is paid K times per group.
+    proposal_max_new_tokens: int = 96
     proposal_system: str = DEFAULT_PROPOSAL_SYSTEM
     #: Placeholders: {task}, {attempts}, {num_attempts}, {max_criteria}.
     proposal_template: str = DEFAULT_PROPOSAL_TEMPLATE
@@ -117,6 +118,8 @@ class _GroupWork:
     rewards: list[float]
     bundles: list[list[str]]
     malformed: int = 0
+    #: Raw text of the dropped bundles (shortened), to see why parsing failed.
+    malformed_texts: list[str] = field(default_factory=list)
     scores: list[list[float]] | None = None
     correlations: list[float | None] | None = None
     selected: int | None = None
@@ -265,6 +268,7 @@ class ORSD(GRPO):
             parsed = [parse_criteria(text, cfg.max_criteria) for text in texts]
             group.bundles = [p for p in parsed if p]
             group.malformed = sum(1 for p in parsed if not p)
+            group.malformed_texts = [text[:300] for text, p in zip(texts, parsed) if not p]
             if cfg.rubric_mode == "offline":
                 self.offline_bundles[group.task_key] = [list(b) for b in group.bundles]
         if cfg.rubric_mode == "offline":
@@ -345,6 +349,7 @@ class ORSD(GRPO):
             "rubric_mode": self.config.rubric_mode,
             "bundles": group.bundles,
             "malformed_bundles": group.malformed,
+            "malformed_texts": group.malformed_texts,
             "scores": group.scores,
             "correlations": group.correlations,
             "selected": group.selected,

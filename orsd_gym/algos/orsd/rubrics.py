@@ -42,7 +42,8 @@ _ITEM = re.compile(
 # Several numbered items run together on one line: "1. foo 2. bar".
 _INLINE_NUMBER = re.compile(r"\s(?=\d{1,2}[.)]\s+\S)")
 _MARKUP = re.compile(r"[*_`#]+")
-_LEADING_LABEL = re.compile(r"^(?:criterion|check|rule)\s*\d*\s*[:.-]\s*", re.IGNORECASE)
+# "Criterion 2:", or a number left behind a bullet ("- 1: ...").
+_LEADING_LABEL = re.compile(r"^(?:(?:criterion|check|rule)\s*\d*|\d{1,2})\s*[:.)-]\s*", re.IGNORECASE)
 
 
 @dataclass
@@ -72,7 +73,8 @@ def parse_criteria(text: str, max_criteria: int, limits: ParseLimits | None = No
                 continue
             item = _clean(match.group("text"))
             key = item.lower()
-            if not limits.min_chars <= len(item) <= limits.max_chars or key in seen:
+            # A heading ("Scaling:") introduces items, it is not one.
+            if not limits.min_chars <= len(item) <= limits.max_chars or item.endswith(":") or key in seen:
                 continue
             seen.add(key)
             criteria.append(item)
