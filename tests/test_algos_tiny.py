@@ -161,7 +161,7 @@ def test_orsd_prepare_and_loss_end_to_end(policy, batch):
     for gid in (0, 2):
         record = audit[gid]
         assert record["iteration"] == 3 and len(record["scores"]) == 2
-        assert len(record["scores"][0]) == len(record["trajectory_indices"])
+        assert len(record["scores"][0]) == len(record["attempt_indices"]) == len(record["trajectory_indices"])
         best = max(c for c in record["correlations"] if c is not None)
         assert record["selected_correlation"] == best and record["selected_rubric"] in (bundles + bundles[::-1])
         assert record["delta"]["tokens"] > 0 and record["delta"]["abs_mean"] > 0
@@ -205,3 +205,35 @@ def test_orsd_random_selection_ablation_is_seeded(policy, batch):
         picks.append(prepared.audit[0]["selected"])
     assert picks[0] == picks[1] and all(p in (0, 1, 2) for p in picks)
     assert len(set(picks)) > 1  # the draw follows the rng, not the alignment
+
+
+@pytest.mark.parametrize("layout", ["sequence", "per_step"])
+def test_orsd_on_collector_rollouts(policy, layout):
+    """The rollout collector's real layouts replay exactly, and a full ORSD update runs on them."""
+    import dataclasses
+
+    from orsd_gym.policies.base import SamplingParams
+    from orsd_gym.rollout.collector import collect
+
+    trajectories = collect(
+        "orsd_gym/GuessNumber-v0", policy, [0, 1], group_size=3, max_turns=2, layout=layout,
+        sampling=SamplingParams(max_new_tokens=6, temperature=1.0, seed=0), seed=0,
+    )
+    forced = replay_deltas(policy, trajectories, [""] * len(trajectories), force_score=True)
+    assert max(float(d.abs().max()) for d in forced) < 1e-4
+    # A random model never wins: the test gives the first attempt of each group a win.
+    from orsd_gym.algos.grpo import episode_groups
+
+    won = {i for episodes in episode_groups(trajectories).values() for i in episodes[0]}
+    marked = [dataclasses.replace(t, success=i in won) for i, t in enumerate(trajectories)]
+    algo = make_algorithm("orsd", {"rubric_mode": "offline", "min_corr": -1.0}, verifier=policy.copy_frozen())
+    keys = {f"{t.env_id}#{t.task_id}" for t in marked}
+    algo.load_state_dict({"offline_bundles": {k: [["Guesses the middle first"], ["Reads the hint"]] for k in keys}})
+    prepared = algo.prepare(marked, policy, iteration=0, rng=np.random.default_rng(0))
+    assert prepared.metrics["orsd/rubric_frac"] == 1.0 and prepared.metrics["orsd/abs_delta_mean"] > 0
+    for record in prepared.audit:
+        assert len(record["rewards"]) == 3 and len(set(record["rewards"])) == 2
+    loss, _ = algo.loss(policy, prepared, [0, 1], minibatch_indices=list(range(len(marked))))
+    loss.backward()
+    for p in policy.trainable_parameters():
+        p.grad = None

@@ -132,3 +132,21 @@ def test_registry_and_config_validation():
         make_algorithm("ppo")
     with pytest.raises(ValueError, match="reference"):
         make_algorithm("grpo", {"kl_coef": 0.1})
+
+
+def test_per_step_samples_share_their_episode_advantage():
+    from orsd_gym.algos.grpo import episode_groups
+
+    def sample(group_id, step, success):
+        t = _trajectory(success, [True], [True])
+        t.group_id, t.extra = group_id, {"layout": "per_step", "step": step}
+        return t
+
+    # group 0: a won episode of 3 steps and a lost one of 1 step; group 1: two 1-step episodes
+    trajs = [sample(0, 0, True), sample(0, 1, True), sample(0, 2, True), sample(0, 0, False),
+             sample(1, 0, True), sample(1, 0, True)]
+    assert episode_groups(trajs) == {0: [[0, 1, 2], [3]], 1: [[4], [5]]}
+    batch = make_algorithm("grpo", {"norm_std": False}).grpo_prepare(trajs)
+    # episode-level mean 0.5 (not the sample-level 0.75): +0.5 on every won sample, -0.5 on the lost one
+    assert [float(a[1]) for a in batch.advantages] == [0.5, 0.5, 0.5, -0.5, 0.0, 0.0]
+    assert batch.metrics["zero_adv_group_frac"] == 0.5

@@ -24,7 +24,7 @@ import torch
 from orsd_gym.algos.base import Algorithm, PreparedBatch, register_algorithm
 from orsd_gym.algos.rewards import RewardConfig, trajectory_reward
 from orsd_gym.policies.base import Policy
-from orsd_gym.rollout.trajectory import Trajectory, group_by
+from orsd_gym.rollout.trajectory import Trajectory
 
 LossAgg = Literal["token-mean", "seq-mean-token-mean"]
 
@@ -76,6 +76,29 @@ def group_advantages(rewards: Sequence[float], *, norm_std: bool = True, eps: fl
     if norm_std:
         centred = centred / (r.std(ddof=1) + eps)
     return centred
+
+
+def episode_groups(trajectories: Sequence[Trajectory]) -> dict[int, list[list[int]]]:
+    """group_id -> the attempts of the group, each a list of trajectory indices.
+
+    With the collector's ``per_step`` layout an episode is several consecutive trajectories
+    (``extra["step"]`` = 0, 1, ...); otherwise each trajectory is one attempt.
+    """
+    groups: dict[int, list[list[int]]] = {}
+    previous: tuple[int, int] | None = None  # (group_id, step) of the last per-step sample
+    for index, trajectory in enumerate(trajectories):
+        step = trajectory.extra.get("step") if trajectory.extra else None
+        episodes = groups.setdefault(trajectory.group_id, [])
+        continues = (
+            step is not None and step > 0 and previous is not None
+            and previous == (trajectory.group_id, step - 1) and episodes
+        )
+        if continues:
+            episodes[-1].append(index)
+        else:
+            episodes.append([index])
+        previous = (trajectory.group_id, step) if step is not None else None
+    return groups
 
 
 def broadcast_advantage(advantage: float, loss_mask: Sequence[int]) -> torch.Tensor:
@@ -163,15 +186,15 @@ class GRPO(Algorithm):
                 )
         rewards = [trajectory_reward(t, self.config.reward) for t in trajectories]
         sequence_adv = [0.0] * len(trajectories)
-        position = {id(t): i for i, t in enumerate(trajectories)}
-        groups = group_by(trajectories)
+        groups = episode_groups(trajectories)
         zero_groups = 0
-        for members in groups.values():
-            indices = [position[id(t)] for t in members]
-            adv = group_advantages([rewards[i] for i in indices], norm_std=self.config.norm_std, eps=self.config.eps)
+        for episodes in groups.values():
+            # One reward per attempt: per-step samples of an episode share its advantage.
+            adv = group_advantages([rewards[e[0]] for e in episodes], norm_std=self.config.norm_std, eps=self.config.eps)
             zero_groups += int(not np.any(adv))
-            for i, a in zip(indices, adv):
-                sequence_adv[i] = float(a)
+            for samples, a in zip(episodes, adv):
+                for i in samples:
+                    sequence_adv[i] = float(a)
         advantages = [broadcast_advantage(a, t.loss_mask) for a, t in zip(sequence_adv, trajectories)]
         old = [torch.as_tensor(t.logprobs, dtype=torch.float32) * torch.as_tensor(t.loss_mask) for t in trajectories]
         extras: dict[str, list[torch.Tensor]] = {"grpo_advantage": [a.clone() for a in advantages]}

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from orsd_gym.algos.base import PreparedBatch, register_algorithm
-from orsd_gym.algos.grpo import GRPO, GRPOConfig
+from orsd_gym.algos.grpo import GRPO, GRPOConfig, episode_groups
 from orsd_gym.algos.orsd.replay import DEFAULT_RUBRIC_TEMPLATE, Placement, replay_deltas
 from orsd_gym.algos.orsd.rubrics import (
     DEFAULT_OFFLINE_PROPOSAL_TEMPLATE,
@@ -52,7 +52,7 @@ from orsd_gym.algos.orsd.verifier import (
     Verifier,
 )
 from orsd_gym.policies.base import Policy, SamplingParams
-from orsd_gym.rollout.trajectory import Trajectory, group_by
+from orsd_gym.rollout.trajectory import Trajectory
 
 
 @dataclass
@@ -112,7 +112,9 @@ class _GroupWork:
     """What ORSD works out for one group of attempts."""
 
     group_id: int
+    #: Every trajectory of the group (all per-step samples), and one representative per attempt.
     indices: list[int]
+    attempts: list[int]
     task: str
     task_key: str
     rewards: list[float]
@@ -150,17 +152,18 @@ class ORSD(GRPO):
         started = time.perf_counter()
         batch = self.grpo_prepare(trajectories)
         trajs = batch.trajectories
-        position = {id(t): i for i, t in enumerate(trajs)}
         groups = [
             _GroupWork(
                 group_id=gid,
-                indices=[position[id(t)] for t in members],
-                task=members[0].task,
-                task_key=f"{members[0].env_id}#{members[0].task_id}",
-                rewards=[batch.rewards[position[id(t)]] for t in members],
+                indices=[i for episode in episodes for i in episode],
+                # An attempt is shown by its last sample (per-step samples repeat the whole episode).
+                attempts=[episode[-1] for episode in episodes],
+                task=trajs[episodes[0][0]].task,
+                task_key=f"{trajs[episodes[0][0]].env_id}#{trajs[episodes[0][0]].task_id}",
+                rewards=[batch.rewards[episode[0]] for episode in episodes],
                 bundles=[],
             )
-            for gid, members in group_by(trajs).items()
+            for gid, episodes in episode_groups(trajs).items()
         ]
         active = []
         for group in groups:
@@ -254,7 +257,7 @@ class ORSD(GRPO):
             return
         contexts = []
         for group in need:
-            attempts = None if cfg.rubric_mode == "offline" else [trajs[i] for i in group.indices]
+            attempts = None if cfg.rubric_mode == "offline" else [trajs[i] for i in group.attempts]
             contexts.extend([self._proposal_context(group, attempts, policy)] * cfg.num_bundles)
         params = SamplingParams(
             max_new_tokens=cfg.proposal_max_new_tokens,
@@ -304,7 +307,7 @@ class ORSD(GRPO):
         for n, group in enumerate(groups):
             rendered = [
                 render_attempt(trajs[i], max_obs_chars=cfg.attempt_max_obs_chars, max_steps=cfg.attempt_max_steps)
-                for i in group.indices
+                for i in group.attempts
             ]
             for k, bundle in enumerate(group.bundles):
                 for criterion in bundle:
@@ -312,7 +315,7 @@ class ORSD(GRPO):
                         judgements.append(Judgement(group.task, attempt, criterion))
                         where.append((n, k, g))
         values = verifier.score(judgements)
-        sums = [np.zeros((len(g.bundles), len(g.indices))) for g in groups]
+        sums = [np.zeros((len(g.bundles), len(g.attempts))) for g in groups]
         for (n, k, g), value in zip(where, values):
             sums[n][k, g] += value
         for group, total in zip(groups, sums):
@@ -345,6 +348,7 @@ class ORSD(GRPO):
             "task": group.task,
             "task_key": group.task_key,
             "trajectory_indices": group.indices,
+            "attempt_indices": group.attempts,
             "rewards": group.rewards,
             "rubric_mode": self.config.rubric_mode,
             "bundles": group.bundles,
