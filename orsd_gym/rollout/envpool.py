@@ -32,11 +32,22 @@ def _unbatch_info(infos: dict[str, Any], index: int) -> dict[str, Any]:
 class EnvSlots:
     """``n`` independently resettable envs stepped together."""
 
-    def __init__(self, env: str | gym.Env | gym.vector.VectorEnv, n: int, env_kwargs: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        env: str | gym.Env | gym.vector.VectorEnv | list[gym.Env],
+        n: int,
+        env_kwargs: dict[str, Any] | None = None,
+    ):
         self._owned: list[Any] = []
         self.vector: gym.vector.VectorEnv | None = None
         self.envs: list[gym.Env] = []
-        if isinstance(env, gym.vector.VectorEnv):
+        if isinstance(env, (list, tuple)):
+            # The caller's own pool (e.g. a trainer's envs kept across iterations): used as is.
+            if not env or not all(isinstance(e, gym.Env) for e in env):
+                raise TypeError("an env list must be a non-empty list of gymnasium.Env")
+            self.envs = list(env)
+            self.n = len(self.envs)
+        elif isinstance(env, gym.vector.VectorEnv):
             self.vector = env
             self.n = env.num_envs
         elif isinstance(env, str):
@@ -50,7 +61,9 @@ class EnvSlots:
             self._owned = extra
             self.n = len(self.envs)
         else:
-            raise TypeError(f"env must be an env id, a gymnasium.Env or a VectorEnv, got {type(env).__name__}")
+            raise TypeError(
+                f"env must be an env id, a gymnasium.Env, a list of envs or a VectorEnv, got {type(env).__name__}"
+            )
 
     @property
     def env_id(self) -> str | None:

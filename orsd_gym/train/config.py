@@ -41,13 +41,17 @@ class EnvConfig:
     id: str = "orsd_gym/ALFWorld-v0"
     #: Constructor arguments for `gymnasium.make` (e.g. split, task_types, data_dir).
     kwargs: dict[str, Any] = field(default_factory=dict)
-    #: Parallel env workers; > 1 steps envs in subprocesses (`make_vec(..., "async")`).
-    num_workers: int = 1
+    #: Env copies played side by side (None: one per episode of an iteration, so every
+    #: attempt generates in the same batch).
+    num_envs: int | None = None
+    #: "sync" keeps the envs in this process; "async" steps each in its own subprocess.
+    vectorization: Literal["sync", "async"] = "sync"
+    #: Overrides the env's registered step budget (episodes are truncated when it is reached).
     max_episode_steps: int | None = None
 
     def __post_init__(self) -> None:
-        if self.num_workers < 1:
-            raise ValueError(f"num_workers must be >= 1, got {self.num_workers}")
+        if self.num_envs is not None and self.num_envs < 1:
+            raise ValueError(f"num_envs must be >= 1, got {self.num_envs}")
 
 
 @dataclass

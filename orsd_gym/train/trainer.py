@@ -85,8 +85,7 @@ class Trainer:
         from orsd_gym.policies.models import load_policy
 
         cfg = self.config
-        lora = cfg.model.lora if cfg.model.lora.enabled else None
-        self.policy = load_policy(cfg.model.name, device=cfg.model.device, dtype=cfg.model.dtype, lora=lora, seed=cfg.train.seed)
+        self.policy = self._load_policy()
         # Reference and verifier are frozen copies of the *initial* weights, taken before a
         # checkpoint is loaded, so a resumed run judges with the same models as the original.
         reference = self.policy.copy_frozen() if getattr(self.algo_config, "kl_coef", 0.0) > 0 else None
@@ -108,7 +107,19 @@ class Trainer:
         total_steps = max(1, cfg.train.iterations * cfg.optim.epochs * cfg.optim.minibatches)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, _schedule(cfg.optim, total_steps))
 
-    def _make_env(self, env_kwargs: dict[str, Any]):
+    def _load_policy(self):
+        from orsd_gym.policies.models import load_policy
+
+        model, seed = self.config.model, self.config.train.seed
+        lora = None
+        if model.lora.enabled:
+            lora = {"r": model.lora.r, "alpha": model.lora.alpha, "dropout": model.lora.dropout,
+                    "target_modules": tuple(model.lora.target_modules)}
+        return load_policy(model.name, device=model.device, dtype=model.dtype, lora=lora, seed=seed)
+
+    def _make_env(self, env_kwargs: dict[str, Any], episodes: int):
+        """The envs played side by side, kept for the whole run (reset per slot by the
+        collector): a list of in-process envs, or an async vector env (one subprocess each)."""
         import gymnasium as gym
 
         import orsd_gym  # noqa: F401  (registers envs)
@@ -117,14 +128,17 @@ class Trainer:
         kwargs = dict(cfg.kwargs, **env_kwargs)
         if cfg.max_episode_steps is not None:
             kwargs["max_episode_steps"] = cfg.max_episode_steps
-        if cfg.num_workers > 1:
-            return gym.make_vec(cfg.id, num_envs=cfg.num_workers, vectorization_mode="async", **kwargs)
-        return gym.make(cfg.id, **kwargs)
+        n = cfg.num_envs or episodes
+        if cfg.vectorization == "async":
+            return gym.make_vec(cfg.id, num_envs=n, vectorization_mode="async", **kwargs)
+        return [gym.make(cfg.id, **kwargs) for _ in range(n)]
 
     @property
     def env(self):
         if self._env is None:
-            self._env = self._make_env({})
+            rollout, evaluation = self.config.rollout, self.config.eval
+            episodes = max(rollout.tasks_per_iteration * rollout.group_size, evaluation.num_tasks * evaluation.group_size)
+            self._env = self._make_env({}, episodes)
         return self._env
 
     @property
@@ -132,7 +146,8 @@ class Trainer:
         if not self.config.eval.env_kwargs:
             return self.env
         if self._eval_env is None:
-            self._eval_env = self._make_env(self.config.eval.env_kwargs)
+            evaluation = self.config.eval
+            self._eval_env = self._make_env(evaluation.env_kwargs, evaluation.num_tasks * evaluation.group_size)
         return self._eval_env
 
     # ------------------------------------------------------------------ resume
@@ -210,8 +225,7 @@ class Trainer:
                         self._checkpoint(done)
         finally:
             self.metrics.close()
-            for env in {id(e): e for e in (self._env, self._eval_env) if e is not None}.values():
-                env.close()
+            self._close_envs()
         return RunSummary(self.output_dir, cfg.train.iterations, final_eval, self.resumed_from)
 
     def _collect(self, env, seeds: list[int], group_size: int, temperature: float, seed: int):
@@ -316,19 +330,21 @@ class Trainer:
             os.fsync(handle.fileno())
         return result
 
+    def _close_envs(self) -> None:
+        for pool in (self._env, self._eval_env):
+            for env in pool if isinstance(pool, list) else [pool] if pool is not None else []:
+                env.close()
+        self._env = self._eval_env = None
+
     def evaluate_checkpoint(self, checkpoint):
         """Held-out evaluation of a checkpoint's weights (no training state is touched)."""
-        from orsd_gym.policies.models import load_policy
-
         self._setup_torch()
-        cfg = self.config
-        lora = cfg.model.lora if cfg.model.lora.enabled else None
-        self.policy = load_policy(cfg.model.name, device=cfg.model.device, dtype=cfg.model.dtype, lora=lora, seed=cfg.train.seed)
+        self.policy = self._load_policy()
         self.policy.load_state_dict(checkpoint.policy_state)
         try:
             return self._eval_rollouts(checkpoint.iteration)
         finally:
-            self.env.close()
+            self._close_envs()
 
     def _write_audit(self, iteration: int, batch) -> None:
         from orsd_gym.rollout.trajectory import save_jsonl

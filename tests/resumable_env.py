@@ -1,0 +1,28 @@
+"""A user-registered env whose reward varies with whatever text the model writes, so even a
+random tiny model gets non-zero GRPO advantages (used by the trainer's resume tests)."""
+
+from __future__ import annotations
+
+from orsd_gym.envs import StepOutcome, TextEnv, register_text_env
+
+
+class VowelEnv(TextEnv):
+    """Reward = share of vowels in the action (one step per episode)."""
+
+    @property
+    def tasks(self):
+        return ("vowels",)
+
+    def _task_text(self, task_id):
+        return "Write a word with many vowels."
+
+    def _start_task(self, task_id, options):
+        return "Your task is to: write a word with many vowels.", {}
+
+    def _play(self, action):
+        letters = [c for c in action.lower() if c.isalpha()]
+        score = sum(c in "aeiou" for c in letters) / max(1, len(letters))
+        return StepOutcome(f"Score {score:.2f}.", reward=score, terminated=True, won=score > 0.5)
+
+
+ENV_ID = register_text_env("VowelTest", f"{__name__}:VowelEnv", max_episode_steps=1, description="test env")
