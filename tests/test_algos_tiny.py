@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -210,8 +211,6 @@ def test_orsd_random_selection_ablation_is_seeded(policy, batch):
 @pytest.mark.parametrize("layout", ["sequence", "per_step"])
 def test_orsd_on_collector_rollouts(policy, layout):
     """The rollout collector's real layouts replay exactly, and a full ORSD update runs on them."""
-    import dataclasses
-
     from orsd_gym.policies.base import SamplingParams
     from orsd_gym.rollout.collector import collect
 
@@ -237,3 +236,17 @@ def test_orsd_on_collector_rollouts(policy, layout):
     loss.backward()
     for p in policy.trainable_parameters():
         p.grad = None
+
+
+def test_proposal_prompt_shrinks_to_its_token_budget(policy, batch):
+    from orsd_gym.algos.orsd.algorithm import _GroupWork
+
+    group = _GroupWork(0, [0, 1], [0, 1], batch[0].task, "k", [1.0, 0.0], [])
+    long_attempts = [dataclasses.replace(t, actions=[f"look {i}" for i in range(40)],
+                                         observations=["start"] + [f"room {i} " * 8 for i in range(40)])
+                     for t in batch[:2]]
+    roomy = make_algorithm("orsd", {"attempt_max_steps": 32})._proposal_context(group, long_attempts, policy)
+    tight = make_algorithm("orsd", {"attempt_max_steps": 32, "proposal_max_context_tokens": 400})
+    context = tight._proposal_context(group, long_attempts, policy)
+    assert len(context) <= 400 < len(roomy)
+    assert "steps omitted" in policy.tokenizer.decode(context)
