@@ -167,3 +167,9 @@ def test_formula_combines_all_parts():
     assert value == pytest.approx(2 / 6)
     assert details["w_att"] == pytest.approx(3 / 6) and details["w_option"] == pytest.approx(2 / 6)
     assert details["w_price"] == pytest.approx(1 / 6)
+
+
+def test_missing_pos_model_is_reported_before_any_episode(monkeypatch):
+    monkeypatch.setattr(reward_module, "SPACY_MODELS", ("no_such_spacy_model_xyz",))
+    with pytest.raises(reward_module.POSTaggerUnavailable, match="pip install"):
+        reward_module.check_pos_tagger()

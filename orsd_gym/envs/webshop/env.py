@@ -12,6 +12,7 @@ from orsd_gym.envs.base import StepOutcome, TaskSelectionError, TextEnv
 from orsd_gym.envs.webshop.data import Catalog, build_catalog, load_catalog, resolve_data_dir
 from orsd_gym.envs.webshop.goals import SPLITS, GoalError, build_goals, split_goals, validate_goal
 from orsd_gym.envs.webshop.pages import OBSERVATION_MODES
+from orsd_gym.envs.webshop.reward import check_pos_tagger
 from orsd_gym.envs.webshop.search import ProductSearchEngine
 from orsd_gym.envs.webshop.shop import ShopSession
 from orsd_gym.envs.webshop.synthetic import DEFAULT_SYNTHETIC_PRODUCTS, SOURCE_LABEL, synthetic_catalog_data
@@ -82,6 +83,7 @@ class WebShopEnv(TextEnv):
             raise ValueError(f"goal_split={goal_split!r}; choose one of {SPLITS}")
         if isinstance(catalog_seed, bool) or not isinstance(catalog_seed, int):
             raise ValueError(f"catalog_seed must be an int, got {catalog_seed!r}")
+        check_pos_tagger()
         resolved = resolve_data_dir(data_dir)
         self.observation_mode = observation_mode
         self.goal_split = goal_split

