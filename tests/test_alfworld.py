@@ -44,6 +44,7 @@ def alf_cache(tmp_path_factory):
 
 def make(alf_cache, **kwargs):
     kwargs.setdefault("generator", SMALL)
+    kwargs.setdefault("recycle_after", None)  # in-process: no worker start-up per test env
     return gym.make(ALF, cache_dir=alf_cache, **kwargs)
 
 
@@ -153,9 +154,9 @@ def test_cache_dir_env_var(tmp_path, monkeypatch):
 
 
 def test_difficulty_knobs_shape_the_room(alf_cache, tmp_path):
-    easy = gym.make(ALF, cache_dir=alf_cache, task_types=["pick_and_place_simple"],
+    easy = make(alf_cache, task_types=["pick_and_place_simple"],
                     generator={"num_tasks": 3, "max_receptacles": 2, "num_distractors": 0})
-    hard = gym.make(ALF, cache_dir=alf_cache, task_types=["pick_and_place_simple"],
+    hard = make(alf_cache, task_types=["pick_and_place_simple"],
                     generator={"num_tasks": 3, "max_receptacles": 12, "num_distractors": 10})
     for k in range(3):
         easy_obs, _ = easy.reset(options={"task_id": k})
@@ -194,6 +195,16 @@ def test_bad_arguments_are_clear_errors(tmp_path, monkeypatch):
         gym.make(ALF, split="valid_seen", data_dir=tmp_path)
 
 
+def test_worker_process_is_recycled_and_keeps_playing(alf_cache):
+    env = make(alf_cache, expert=True, recycle_after=2)
+    episodes = [play_expert(env, k) for k in range(5)]
+    assert all(e.won for e in episodes)
+    assert env.unwrapped._engine.recycled == 2  # 5 games, 2 per worker: 3 workers
+    _, info = env.reset(options={"task_id": 4})  # same game again: no new load, same worker
+    assert env.unwrapped._engine.recycled == 2 and info["admissible_actions"]
+    env.close()
+
+
 def test_loading_a_game_keeps_sys_argv(alf_cache):
     saved = list(sys.argv)
     env = make(alf_cache)
@@ -208,7 +219,7 @@ def test_make_vec_async_steps_two_envs_in_parallel(alf_cache):
     try:
         obs, infos = envs.reset(seed=[0, 1])
         assert len(obs) == 2 and all(o.startswith("You are in the middle of a room") for o in obs)
-        expected = [gym.make(ALF, **kwargs).reset(seed=s)[1]["task_id"] for s in (0, 1)]
+        expected = [make(alf_cache, recycle_after=None).reset(seed=s)[1]["task_id"] for s in (0, 1)]
         assert list(infos["task_id"]) == expected
         first_action = infos["expert_actions"][0][0]
         obs, rewards, terminated, truncated, infos = envs.step([first_action, "fly away"])

@@ -12,6 +12,7 @@ from orsd_gym.envs.alfworld.official import OFFICIAL_SPLITS, collect_official_ta
 from orsd_gym.envs.alfworld.pool import GeneratedTaskPool
 from orsd_gym.envs.alfworld.tasks import ALFWorldTask, normalize_task_types
 from orsd_gym.envs.alfworld.text import clean_observation
+from orsd_gym.envs.alfworld.worker import RecyclingEngine
 from orsd_gym.envs.base import StepOutcome, TextEnv
 
 SPLITS = ("generated", *OFFICIAL_SPLITS)
@@ -35,6 +36,9 @@ class ALFWorldEnv(TextEnv):
         generator: `GeneratorConfig` or dict of its fields (generated split only).
         cache_dir: where generated games are cached (default ``$ORSD_GYM_CACHE`` or
             ``~/.cache/orsd_gym``).
+        recycle_after: play in a child process replaced every this many new-game loads, so
+            memory stays flat over long runs (the engine keeps memory per load); ``None`` plays
+            in this process.
     """
 
     def __init__(
@@ -46,6 +50,7 @@ class ALFWorldEnv(TextEnv):
         raw: bool = False,
         generator: GeneratorConfig | dict[str, Any] | None = None,
         cache_dir: str | os.PathLike | None = None,
+        recycle_after: int | None = None,
         render_mode: str | None = None,
     ) -> None:
         super().__init__(render_mode=render_mode)
@@ -63,7 +68,10 @@ class ALFWorldEnv(TextEnv):
                 raise ValueError("generator options apply to split='generated' only")
             self.generator = None
             self._tasks = collect_official_tasks(resolve_data_dir(data_dir), split, self.task_types)
-        self._engine: PddlGameEngine | None = None
+        if recycle_after is not None and (not isinstance(recycle_after, int) or recycle_after < 1):
+            raise ValueError(f"recycle_after must be None or an int >= 1, got {recycle_after!r}")
+        self.recycle_after = recycle_after
+        self._engine: PddlGameEngine | RecyclingEngine | None = None
         self._state: EngineState | None = None
 
     # ------------------------------------------------------------------ TextEnv hooks
@@ -76,7 +84,10 @@ class ALFWorldEnv(TextEnv):
 
     def _start_task(self, task_id: int, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         if self._engine is None:
-            self._engine = PddlGameEngine(expert=self.expert)
+            if self.recycle_after is None:
+                self._engine = PddlGameEngine(expert=self.expert)
+            else:
+                self._engine = RecyclingEngine(expert=self.expert, recycle_after=self.recycle_after)
         task = self._tasks[task_id]
         self._state = self._engine.reset(task.game_file)
         return self._text(self._state.feedback), self._extra(task)
