@@ -279,3 +279,35 @@ def test_bad_constructor_arguments_are_clear_errors(tmp_path):
         gym.make(ENV_ID, data_dir=str(tmp_path))
     with pytest.raises(ValueError, match="human_goals"):
         gym.make(ENV_ID, human_goals=True)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_vector_envs_step_webshop(mode):
+    envs = gym.make_vec(ENV_ID, num_envs=2, vectorization_mode=mode)
+    try:
+        obs, infos = envs.reset(seed=[0, 1])
+        assert all(o.startswith("WebShop [SEP] Instruction: [SEP] ") for o in obs)
+        obs, rewards, terminated, truncated, infos = envs.step(["search[running shoes]", "click[nothing]"])
+        assert "Total results" in obs[0] and obs[1].startswith("WebShop [SEP]")
+        assert list(infos["is_valid_action"]) == [True, False]
+    finally:
+        envs.close()
+
+
+@pytest.mark.slow
+def test_benchmark_script_runs_at_a_tiny_size(tmp_path):
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "webshop_perf.py"
+    out = tmp_path / "perf.json"
+    done = subprocess.run(
+        [sys.executable, str(script), "--large-products", "300", "--steps", "30", "--queries", "5", "--out", str(out)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "search latency" in done.stdout and "KiB/product" in done.stdout
+    results = json.loads(out.read_text())
+    assert results["large"]["products"] == 300 and results["env_text"]["steps"] == 30
