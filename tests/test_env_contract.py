@@ -110,6 +110,12 @@ def test_user_env_registers_and_passes_contract():
     assert env.step("river")[1] == 1.0
 
 
+def test_register_accepts_an_env_class():
+    env_id = register_text_env("EchoClassTest", _EchoEnv, max_episode_steps=2)
+    assert gym.make(env_id).reset(options={"task_id": 0})[1]["task"] == "Say the word 'apple'."
+    assert any(info.entry_point.endswith(":_EchoEnv") for info in registered_text_envs() if info.env_id == env_id)
+
+
 def test_register_rejects_bad_names():
     with pytest.raises(ValueError, match="env name"):
         register_text_env("bad name", "x:y")

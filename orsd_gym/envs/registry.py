@@ -7,12 +7,14 @@ with one call::
     register_text_env("MyTask", "my_package.my_module:MyTaskEnv", description="...")
     env = gymnasium.make("orsd_gym/MyTask-v0")
 
-Entry points are ``"module:Class"`` strings so nothing heavy is imported until the env is made.
+Entry points are ``"module:Class"`` strings, so nothing heavy is imported until the env is made;
+an env class itself also works (e.g. one defined in a notebook).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +38,7 @@ _DESCRIPTIONS: dict[str, TextEnvInfo] = {}
 
 def register_text_env(
     name: str,
-    entry_point: str,
+    entry_point: str | Callable[..., gym.Env],
     *,
     version: int = 0,
     description: str = "",
@@ -53,8 +55,11 @@ def register_text_env(
         raise ValueError(f"env name {name!r} must start with a letter and use only letters, digits and '_'")
     if not isinstance(version, int) or version < 0:
         raise ValueError(f"version must be a non-negative int, got {version!r}")
-    if ":" not in entry_point and not callable(entry_point):
-        raise ValueError(f"entry_point {entry_point!r} must look like 'package.module:ClassName'")
+    if isinstance(entry_point, str):
+        if ":" not in entry_point:
+            raise ValueError(f"entry_point {entry_point!r} must look like 'package.module:ClassName'")
+    elif not callable(entry_point):
+        raise ValueError(f"entry_point must be a 'module:Class' string or an env class, got {entry_point!r}")
     env_id = f"{NAMESPACE}/{name}-v{version}"
     gym.register(
         id=env_id,
@@ -63,8 +68,14 @@ def register_text_env(
         kwargs=dict(kwargs or {}),
         disable_env_checker=False,
     )
-    _DESCRIPTIONS[env_id] = TextEnvInfo(env_id, description, str(entry_point))
+    _DESCRIPTIONS[env_id] = TextEnvInfo(env_id, description, _entry_point_name(entry_point))
     return env_id
+
+
+def _entry_point_name(entry_point: Any) -> str:
+    if isinstance(entry_point, str):
+        return entry_point
+    return f"{getattr(entry_point, '__module__', '?')}:{getattr(entry_point, '__qualname__', repr(entry_point))}"
 
 
 def registered_text_envs() -> list[TextEnvInfo]:
@@ -74,5 +85,5 @@ def registered_text_envs() -> list[TextEnvInfo]:
     for env_id, spec in gym.registry.items():
         if spec.namespace != NAMESPACE:
             continue
-        found.append(_DESCRIPTIONS.get(env_id, TextEnvInfo(env_id, "", str(spec.entry_point))))
+        found.append(_DESCRIPTIONS.get(env_id, TextEnvInfo(env_id, "", _entry_point_name(spec.entry_point))))
     return sorted(found, key=lambda info: info.env_id)

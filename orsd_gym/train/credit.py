@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import html
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,32 +62,61 @@ def load_credit(run_dir: str | Path, iteration: int, index: int, tokenizer: Any)
     trajectories = load_jsonl(directory / "trajectories.jsonl")
     if not 0 <= index < len(trajectories):
         raise AuditNotFoundError(f"iteration {iteration} has {len(trajectories)} trajectories; --trajectory {index} is out of range")
-    trajectory = trajectories[index]
     extras = json.loads((directory / "token_extras.json").read_text())
     groups = json.loads((directory / "groups.json").read_text())
-    advantages = extras.get("advantages", [None] * len(trajectories))[index]
-    grpo = extras.get("grpo_advantage", [None] * len(trajectories))[index]
-    delta = extras.get("orsd_delta", [None] * len(trajectories))[index]
+    return credit_view(
+        trajectories[index],
+        tokenizer,
+        advantages=_row(extras, "advantages", index),
+        delta=_row(extras, "orsd_delta", index),
+        grpo_advantage=_row(extras, "grpo_advantage", index),
+        groups=groups,
+    )
+
+
+def _row(extras: dict[str, list], key: str, index: int) -> list[float] | None:
+    rows = extras.get(key)
+    return None if rows is None else rows[index]
+
+
+def credit_view(
+    trajectory: Trajectory,
+    tokenizer: Any,
+    *,
+    advantages: Sequence[float] | None = None,
+    delta: Sequence[float] | None = None,
+    grpo_advantage: Sequence[float] | None = None,
+    groups: Sequence[dict[str, Any]] = (),
+) -> CreditView:
+    """Credit view of one trajectory from per-token rows (lists or tensors aligned with its tokens)
+    and the algorithm's per-group audit records (to find the rubric of its group)."""
+    advantages, delta, grpo_advantage = (_as_list(v) for v in (advantages, delta, grpo_advantage))
     kinds = ["prompt"] * len(trajectory.token_ids)
     for span in trajectory.spans:
         for t in range(span.start, span.end):
             kinds[t] = span.kind
     pieces = tokenizer.convert_ids_to_tokens(trajectory.token_ids)
-    texts = [tokenizer.convert_tokens_to_string([piece]) for piece in pieces]
     tokens = []
-    for t, text in enumerate(texts):
+    for t, piece in enumerate(pieces):
         learn = trajectory.loss_mask[t] == 1
         tokens.append(TokenCredit(
-            text=text,
+            text=tokenizer.convert_tokens_to_string([piece]),
             kind=kinds[t],
-            advantage=(advantages[t] if advantages is not None and learn else None),
-            delta=(delta[t] if delta is not None and learn else None),
+            advantage=advantages[t] if advantages is not None and learn else None,
+            delta=delta[t] if delta is not None and learn else None,
         ))
-    grpo_value = next((grpo[t] for t in range(len(grpo)) if trajectory.loss_mask[t]), None) if grpo else None
-    if grpo_value is None and advantages is not None and delta is None:
-        grpo_value = next((advantages[t] for t in range(len(advantages)) if trajectory.loss_mask[t]), None)
+    # The GRPO advantage is one value per sequence; without ORSD it is the advantage itself.
+    source = grpo_advantage if grpo_advantage is not None else (advantages if delta is None else None)
+    first = next((t for t, m in enumerate(trajectory.loss_mask) if m), None)
+    grpo_value = source[first] if source is not None and first is not None else None
     group = next((g for g in groups if g.get("group_id") == trajectory.group_id), None)
     return CreditView(trajectory, tokens, group, grpo_value)
+
+
+def _as_list(values: Any) -> list[float] | None:
+    if values is None:
+        return None
+    return values.tolist() if hasattr(values, "tolist") else list(values)
 
 
 def _scale(view: CreditView) -> float:
