@@ -31,6 +31,7 @@ class Timing:
     prepare: float
     update: float
     phases: dict[str, float]
+    metrics: dict[str, float]
 
 
 def parse_args() -> argparse.Namespace:
@@ -46,6 +47,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument(
+        "--invalid-action-penalty", type=float, default=0.1,
+        help="reward penalty per invalid action (both algorithms): it makes outcomes of a weak model differ "
+        "within a group, and ORSD only does work on groups with mixed rewards",
+    )
     parser.add_argument("--orsd", default="{}", help="JSON overrides of the ORSD config")
     parser.add_argument("--json", default=None, help="also write the measurements to this file")
     return parser.parse_args()
@@ -74,7 +80,8 @@ def run_iteration(algo, policy, trajectories, optimizer, rng_seed: int, micro_ba
     optimizer.step()
     update = time.perf_counter() - started
     phases = {k: v for k, v in batch.metrics.items() if k.startswith("time/")}
-    return Timing(prepare, update, phases)
+    metrics = {k: v for k, v in batch.metrics.items() if k.startswith("orsd/")}
+    return Timing(prepare, update, phases, metrics)
 
 
 def main() -> int:
@@ -103,8 +110,11 @@ def main() -> int:
     print(f"rollout: {len(trajectories)} trajectories, {tokens} model tokens, "
           f"success {np.mean(successes):.2f}, {rollout:.2f}s")
 
+    probe = make_algorithm("grpo", {"reward": {"invalid_action_penalty": args.invalid_action_penalty}})
+    zero_frac = probe.prepare(trajectories, policy, iteration=0, rng=np.random.default_rng(0)).metrics["zero_adv_group_frac"]
+    print(f"groups with mixed rewards: {1 - zero_frac:.2f} (ORSD proposes, verifies and replays only for these)")
     initial_weights = copy.deepcopy(policy.state_dict())
-    common = {"temperature": args.temperature}
+    common = {"temperature": args.temperature, "reward": {"invalid_action_penalty": args.invalid_action_penalty}}
     algos = {
         "grpo": lambda: make_algorithm("grpo", common),
         "orsd": lambda: make_algorithm("orsd", {**common, **json.loads(args.orsd)}, verifier=verifier),
@@ -134,13 +144,16 @@ def main() -> int:
         summary["grpo"]["prepare"] + summary["grpo"]["update"]
     )
     orsd_record = algos["orsd"]().config
+    orsd_metrics = results["orsd"][0].metrics
     print(f"\nORSD / GRPO per iteration: {ratio:.2f}x (goal <= 1.5x); "
           f"excluding the shared rollout: {no_rollout:.2f}x")
     print(f"(model {args.model}, env {args.env}, {args.tasks}x{args.group_size} attempts, K={orsd_record.num_bundles}, "
           f"M={orsd_record.max_criteria}, {args.threads} threads, device {args.device})")
+    print("ORSD: " + ", ".join(f"{k.split('/')[1]}={v:.3g}" for k, v in orsd_metrics.items()))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump({"args": vars(args), "summary": summary, "ratio": ratio, "ratio_without_rollout": no_rollout},
+            json.dump({"args": vars(args), "summary": summary, "ratio": ratio, "ratio_without_rollout": no_rollout,
+                       "orsd_metrics": orsd_metrics},
                       handle, indent=1)
     return 0
 
