@@ -38,11 +38,13 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--env", default="orsd_gym/GuessNumber-v0")
+    parser.add_argument("--env-kwargs", default="{}", help="JSON constructor arguments of the env")
     parser.add_argument("--tasks", type=int, default=4, help="task groups per iteration")
     parser.add_argument("--group-size", type=int, default=4)
     parser.add_argument("--max-turns", type=int, default=6)
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--action-format", default="admissible", help="the collector's action parser")
     parser.add_argument("--repeats", type=int, default=2, help="timed repetitions of each algorithm (median kept)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
@@ -97,12 +99,12 @@ def main() -> int:
 
     policy = load_policy(args.model, device=args.device, seed=args.seed)
     verifier = policy.copy_frozen()
-    env = gym.make(args.env)
+    env = gym.make(args.env, **json.loads(args.env_kwargs))
     sampling = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed)
     started = time.perf_counter()
     trajectories = collect(
         env, policy, list(range(args.tasks)), group_size=args.group_size, sampling=sampling,
-        max_turns=args.max_turns, seed=args.seed, progress=False,
+        max_turns=args.max_turns, seed=args.seed, progress=False, action_format=args.action_format,
     )
     rollout = time.perf_counter() - started
     tokens = sum(sum(t.loss_mask) for t in trajectories)

@@ -216,3 +216,12 @@ def test_render_attempt_keeps_head_and_tail_of_long_episodes():
 def test_parse_criteria_drops_headings_and_stray_numbers():
     text = "Criteria:\n- 1: Touches the apple before the fridge\n- Scaling:\n- 2) Opens the fridge door\n* Rebinding:"
     assert parse_criteria(text, 4) == ["Touches the apple before the fridge", "Opens the fridge door"]
+
+
+def test_a_proposal_cut_by_the_token_limit_loses_its_unfinished_line():
+    from orsd_gym.algos.orsd.algorithm import _complete_lines
+    from orsd_gym.policies.base import Completion
+
+    text = "1. Opens the fridge first\n2. Takes the apple before going to the"
+    assert parse_criteria(_complete_lines(Completion([], [], text, "length")), 4) == ["Opens the fridge first"]
+    assert len(parse_criteria(_complete_lines(Completion([], [], text, "eos")), 4)) == 2

@@ -51,7 +51,7 @@ from orsd_gym.algos.orsd.verifier import (
     Scoring,
     Verifier,
 )
-from orsd_gym.policies.base import Policy, SamplingParams
+from orsd_gym.policies.base import Completion, Policy, SamplingParams
 from orsd_gym.rollout.trajectory import Trajectory
 
 
@@ -267,7 +267,7 @@ class ORSD(GRPO):
         with torch.no_grad():
             completions = policy.generate(contexts, params)
         for n, group in enumerate(need):
-            texts = [c.text for c in completions[n * cfg.num_bundles : (n + 1) * cfg.num_bundles]]
+            texts = [_complete_lines(c) for c in completions[n * cfg.num_bundles : (n + 1) * cfg.num_bundles]]
             parsed = [parse_criteria(text, cfg.max_criteria) for text in texts]
             group.bundles = [p for p in parsed if p]
             group.malformed = sum(1 for p in parsed if not p)
@@ -410,6 +410,13 @@ class ORSD(GRPO):
         self.offline_bundles = {
             str(k): [[str(c) for c in b] for b in v] for k, v in dict(state.get("offline_bundles", {})).items()
         }
+
+
+def _complete_lines(completion: Completion) -> str:
+    """The text of a proposal without a last line the token limit cut mid-criterion."""
+    if completion.finish_reason == "length" and "\n" in completion.text:
+        return completion.text.rsplit("\n", 1)[0]
+    return completion.text
 
 
 def _masked_deltas(deltas: list[torch.Tensor], trajs: list[Trajectory], indices: Sequence[int]) -> torch.Tensor:
