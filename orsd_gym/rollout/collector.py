@@ -15,6 +15,7 @@ arguments. Budgets: ``max_turns``, ``sampling.max_new_tokens`` per turn and
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import math
 from collections.abc import Sequence
@@ -146,6 +147,8 @@ def collect(
     slots = EnvSlots(env, min(num_envs or 16, len(episodes)))
     env_id = slots.env_id
     prompt = env_prompt or prompts.env_prompt(env_id)
+    if parser.numbered_choices and not prompt.numbered:
+        prompt = dataclasses.replace(prompt, numbered=True)
     noop = prompt.noop_action if noop_action is None else noop_action
     fmt = ChatFormat.from_policy(policy)
     use_sessions = kv_cache and "sessions" in inspect.signature(policy.generate).parameters
@@ -214,7 +217,8 @@ def collect(
                 episode.model_turns.append(out.text)
                 episode.finish_reasons.append(out.finish_reason)
                 episode.reused_tokens += int(out.extra.get("reused_prefix_tokens", 0))
-                parsed = choose_action(out.text, parser, on_unparsable, noop)
+                admissible = episode.infos[-1].get("admissible_actions") or ()
+                parsed = choose_action(out.text, parser, on_unparsable, noop, admissible)
                 episode.format_valid.append(parsed.format_valid)
                 episode.actions.append(parsed.action)
                 actions[episode.slot] = parsed.action

@@ -21,6 +21,10 @@ class EnvPrompt:
     max_admissible: int = 40
     #: What ``on_unparsable="noop"`` sends.
     noop_action: str = "look"
+    #: Show the admissible actions as a numbered list to choose from (what the "admissible"
+    #: action format asks for: small models copy from a list far more reliably than they
+    #: compose an action).
+    numbered: bool = False
 
 
 ENV_PROMPTS: dict[str, EnvPrompt] = {
@@ -64,6 +68,9 @@ def admissible_block(prompt: EnvPrompt, info: dict[str, Any]) -> str:
         return ""
     shown = list(actions[: prompt.max_admissible])
     more = f" (and {len(actions) - len(shown)} more)" if len(actions) > len(shown) else ""
+    if prompt.numbered:
+        choices = "\n".join(f"{i}. {action}" for i, action in enumerate(shown, start=1))
+        return f"\n\nChoose one of these actions{more}:\n{choices}\n\nAnswer with the action text only."
     return "\n\nAdmissible actions: " + " | ".join(shown) + more
 
 
