@@ -29,6 +29,7 @@ VOWEL_RUN = [
     "rollout.max_turns=1",
     "rollout.max_new_tokens=8",
     "rollout.options={action_format: last_line}",
+    "algo.params={reward: {outcome: return}}",
     "optim.lr=0.01",
     "eval.every=2",
     "eval.num_tasks=2",
@@ -48,6 +49,8 @@ def test_bad_config_fails_before_loading_anything():
         load_config(None, ["algo.name=ppo2"])
     with pytest.raises(ConfigError, match="algo.params"):
         load_config(None, ["algo.params={not_a_key: 1}"])
+    with pytest.raises(ConfigError, match="follows rollout.temperature"):
+        load_config(None, ["rollout.temperature=0.7", "algo.params={temperature: 1.0}"])
 
 
 def test_training_tasks_are_shared_across_algorithms():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from orsd_gym.rollout.trajectory import Trajectory
 
@@ -11,11 +12,13 @@ from orsd_gym.rollout.trajectory import Trajectory
 class RewardConfig:
     """Outcome reward with optional per-action penalties.
 
-    reward = success_reward * success
+    reward = success_reward * success          (outcome="success", the default)
+             or the episode's return            (outcome="return": partial credit, e.g. WebShop's score)
              - invalid_action_penalty * (#steps the env marked ``is_valid_action=False``)
              - format_penalty * (#model turns whose action could not be parsed)
     """
 
+    outcome: Literal["success", "return"] = "success"
     success_reward: float = 1.0
     #: Per step whose info says ``is_valid_action`` is False (0 disables).
     invalid_action_penalty: float = 0.0
@@ -34,7 +37,10 @@ def count_invalid_actions(trajectory: Trajectory) -> int:
 
 def trajectory_reward(trajectory: Trajectory, config: RewardConfig) -> float:
     """The scalar reward of one attempt under ``config``."""
-    reward = config.success_reward * float(bool(trajectory.success))
+    if config.outcome == "return":
+        reward = trajectory.episode_return
+    else:
+        reward = config.success_reward * float(bool(trajectory.success))
     if config.invalid_action_penalty:
         reward -= config.invalid_action_penalty * count_invalid_actions(trajectory)
     if config.format_penalty:

@@ -7,6 +7,7 @@ algorithm's own config dataclass (see `orsd_gym.algos`).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -180,7 +181,16 @@ def validate_algo(config: Config) -> Any:
         config_class = algos.algorithm_config_class(config.algo.name)
     except KeyError as error:
         raise ConfigError(f"algo.name: {error.args[0]}") from error
-    return configio.from_dict(config_class, config.algo.resolved_params(), prefix="algo.params.")
+    params = config.algo.resolved_params()
+    if any(f.name == "temperature" for f in dataclasses.fields(config_class)):
+        # Ratios and replays score tokens at the temperature they were sampled at.
+        if params.get("temperature", config.rollout.temperature) != config.rollout.temperature:
+            raise ConfigError(
+                f"algo.params.temperature={params['temperature']} differs from rollout.temperature="
+                f"{config.rollout.temperature}; remove it (it follows rollout.temperature)"
+            )
+        params["temperature"] = config.rollout.temperature
+    return configio.from_dict(config_class, params, prefix="algo.params.")
 
 
 __all__ = ["Config", "ConfigError", "load_config"]
