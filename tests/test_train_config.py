@@ -82,3 +82,16 @@ def test_round_trip_through_dict():
     cfg = configio.load(Config, None, ["train.iterations=3", "model.lora.enabled=true"])
     again = configio.from_dict(Config, configio.to_dict(cfg))
     assert again == cfg
+
+
+@pytest.mark.parametrize("name", configio.shipped_configs())
+def test_shipped_configs_validate_for_every_algorithm(name):
+    from orsd_gym.algos.base import ALGORITHMS
+    from orsd_gym.train.config import load_config
+
+    for algo in ALGORITHMS:
+        load_config(name, [f"algo.name={algo}"])
+
+
+def test_shipped_configs_exist():
+    assert {"alfworld_cpu", "webshop_cpu", "alfworld_qwen3_1.7b", "webshop_qwen3_1.7b"} <= set(configio.shipped_configs())
