@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 
@@ -130,18 +129,9 @@ def test_bad_arguments(policy):
         collect(GUESS, policy, [0], group_size=0)
 
 
-def _env_available(env_id: str, module: str) -> bool:
-    return env_id in gym.registry and importlib.util.find_spec(module) is not None
-
-
 @pytest.mark.slow
-@pytest.mark.skipif(not _env_available("orsd_gym/ALFWorld-v0", "textworld"), reason="ALFWorld engine not installed")
 def test_alfworld_generated_rollout(policy):
-    try:
-        env = gym.make("orsd_gym/ALFWorld-v0")
-        env.reset(seed=0)
-    except Exception as error:  # data/engine problems are the env's tests' business
-        pytest.skip(f"ALFWorld env unavailable here: {error}")
+    env = gym.make("orsd_gym/ALFWorld-v0", generator={"num_tasks": 2, "max_receptacles": 3, "num_distractors": 1})
     try:
         out = collect(env, policy, [0], group_size=2, num_envs=1, sampling=SamplingParams(max_new_tokens=12), max_turns=3)
     finally:
@@ -152,13 +142,8 @@ def test_alfworld_generated_rollout(policy):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not _env_available("orsd_gym/WebShop-v0", "bm25s"), reason="WebShop deps not installed")
 def test_webshop_rollout(policy):
-    try:
-        env = gym.make("orsd_gym/WebShop-v0")
-        env.reset(seed=0)
-    except Exception as error:
-        pytest.skip(f"WebShop env unavailable here: {error}")
+    env = gym.make("orsd_gym/WebShop-v0")
     try:
         out = collect(env, policy, [0], group_size=2, num_envs=1, sampling=SamplingParams(max_new_tokens=12), max_turns=3)
     finally:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,6 +82,20 @@ def json_safe(value: Any) -> Any:
     return repr(value)
 
 
+def expert_teacher(info: dict[str, Any]) -> str:
+    """The first action of the env's expert plan (``info["expert_actions"]``, e.g. ALFWorld's planner)."""
+    plan = info.get("expert_actions") or []
+    if not plan:
+        raise ValueError("expert_teacher needs info['expert_actions']: make the env with expert=True")
+    return str(plan[0])
+
+
+def _teacher_completion(fmt: ChatFormat, policy: Policy, text: str) -> Completion:
+    eos = policy.tokenizer.eos_token_id
+    tokens = fmt.encode(text) + ([int(eos)] if eos is not None else [])
+    return Completion(tokens, [0.0] * len(tokens), text, "eos" if eos is not None else "length")
+
+
 def _as_task(task: int | TaskSpec | dict[str, Any]) -> TaskSpec:
     if isinstance(task, TaskSpec):
         return task
@@ -116,6 +130,7 @@ def collect(
     kv_cache: bool = True,
     env_prompt: prompts.EnvPrompt | None = None,
     env_kwargs: dict[str, Any] | None = None,
+    teacher: Callable[[dict[str, Any]], str] | None = None,
 ) -> list[Trajectory]:
     """Roll out ``group_size`` episodes per task; see the module docstring.
 
@@ -124,6 +139,11 @@ def collect(
     ``layout="per_step"`` returns one Trajectory per step (``extra["step"]``), each a fresh prompt
     of the task, the last ``history`` steps and the current observation; the episode's rewards,
     actions and observations are repeated on every step sample.
+
+    ``teacher`` (e.g. `expert_teacher` on an env made with ``expert=True``) replaces sampling:
+    each model turn is the teacher's action for the latest info, tokenised and closed with the
+    end-of-turn token, in exactly the layout a sampled turn would have (demonstrations for
+    behaviour cloning; their log-probs are 0).
     """
     if group_size < 1:
         raise ValueError(f"group_size must be >= 1, got {group_size}")
@@ -201,7 +221,9 @@ def collect(
                 params = SamplingParams(limit, sampling.temperature, sampling.top_p, stop,
                                         seed=_round_seed(seed, round_index) + limit)
                 contexts = [e.builder.context() for e in batch]
-                if use_sessions:
+                if teacher is not None:
+                    outs = [_teacher_completion(fmt, policy, teacher(e.infos[-1])) for e in batch]
+                elif use_sessions:
                     outs = policy.generate(contexts, params, sessions=[e.session for e in batch])
                 else:
                     outs = policy.generate(contexts, params)

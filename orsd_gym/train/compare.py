@@ -36,6 +36,9 @@ def run_config(base: Config, algo: str, seed: int, out_dir: Path) -> Config:
     config.algo.name = algo
     config.train.seed = seed
     config.train.output_dir = str(out_dir / "runs" / f"{algo}-seed{seed}")
+    if config.warm_start.episodes > 0 and not config.warm_start.path:
+        # One warm start per seed, shared by every algorithm: same initial weights.
+        config.warm_start.path = str(out_dir / "warm_start" / f"seed{seed}.safetensors")
     validate_algo(config)  # fail before any run starts if one algorithm's params are bad
     return config
 

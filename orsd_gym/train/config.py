@@ -35,6 +35,8 @@ class ModelConfig:
     #: Model that judges attempts against rubric criteria (ORSD). None: a frozen copy of the
     #: initial policy.
     verifier: str | None = None
+    #: Trainable weights (safetensors) to start from, e.g. a shared warm start.
+    init_weights: str | None = None
 
 
 @dataclass
@@ -149,6 +151,26 @@ class EvalConfig:
 
 
 @dataclass
+class WarmStartConfig:
+    """Behaviour cloning on expert demonstrations before RL (see `orsd_gym.train.warm_start`)."""
+
+    #: Expert episodes on training tasks (0: no warm start).
+    episodes: int = 0
+    epochs: int = 2
+    lr: float = 1e-4
+    batch_size: int = 4
+    #: Extra env arguments that make the env report its expert's plan (ALFWorld: {expert: true}).
+    env_kwargs: dict[str, Any] = field(default_factory=lambda: {"expert": True})
+    #: Where the cloned weights are cached (None: ``<output_dir>/warm_start.safetensors``).
+    #: Runs that share it (a comparison's algorithms with one seed) clone once and start alike.
+    path: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.episodes < 0 or self.epochs < 1 or self.batch_size < 1 or self.lr <= 0:
+            raise ValueError("warm_start needs episodes >= 0, epochs >= 1, batch_size >= 1 and lr > 0")
+
+
+@dataclass
 class LoggingConfig:
     tensorboard: bool = True
     live: bool = True
@@ -163,6 +185,7 @@ class Config:
     optim: OptimConfig = field(default_factory=OptimConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 import yaml
+from safetensors.torch import load_file
 
 from orsd_gym.train import configio
 from orsd_gym.train.checkpoint import (
@@ -86,6 +87,7 @@ class Trainer:
 
         cfg = self.config
         self.policy = self._load_policy()
+        self.warm_start_metrics = self._warm_start()
         # Reference and verifier are frozen copies of the *initial* weights, taken before a
         # checkpoint is loaded, so a resumed run judges with the same models as the original.
         reference = self.policy.copy_frozen() if getattr(self.algo_config, "kl_coef", 0.0) > 0 else None
@@ -106,6 +108,21 @@ class Trainer:
         )
         total_steps = max(1, cfg.train.iterations * cfg.optim.epochs * cfg.optim.minibatches)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, _schedule(cfg.optim, total_steps))
+
+    def _warm_start(self) -> dict[str, float] | None:
+        """Start from ``model.init_weights`` or a (cached) behaviour-cloning warm start."""
+        from orsd_gym.train.warm_start import ensure_warm_start
+
+        cfg = self.config
+        if cfg.model.init_weights:
+            path = Path(cfg.model.init_weights)
+            if not path.is_file():
+                raise FileNotFoundError(f"model.init_weights={str(path)!r} does not exist")
+            self.policy.load_state_dict(load_file(path))
+        if cfg.warm_start.episodes > 0:
+            path = Path(cfg.warm_start.path) if cfg.warm_start.path else self.output_dir / "warm_start.safetensors"
+            return ensure_warm_start(cfg, self.policy, path)
+        return None
 
     def _load_policy(self):
         from orsd_gym.policies.models import load_policy
@@ -209,6 +226,8 @@ class Trainer:
         final_eval = None
         try:
             with LiveView(f"{cfg.algo.name} on {cfg.env.id}", cfg.train.iterations, start, enabled=self.live) as view:
+                if self.warm_start_metrics:
+                    (self.output_dir / "warm_start.json").write_text(json.dumps(self.warm_start_metrics, indent=1))
                 if start == 0 and cfg.eval.every > 0:
                     view.phase("eval")
                     final_eval = self._evaluate(0)
@@ -340,7 +359,7 @@ class Trainer:
         """Held-out evaluation of a checkpoint's weights (no training state is touched)."""
         self._setup_torch()
         self.policy = self._load_policy()
-        self.policy.load_state_dict(checkpoint.policy_state)
+        self.policy.load_state_dict(checkpoint.policy_state)  # trainable weights: warm start included
         try:
             return self._eval_rollouts(checkpoint.iteration)
         finally:

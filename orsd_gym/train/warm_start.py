@@ -1,0 +1,108 @@
+"""Behaviour cloning warm start: fine-tune the policy on an env expert's demonstrations.
+
+RL needs some successes to learn from: a group whose attempts all fail has zero GRPO
+advantage. A model too small to ever succeed zero-shot (SmolLM2-135M on ALFWorld) first
+imitates the env's expert (ALFWorld's planner, ``info["expert_actions"]``) on training tasks.
+Demonstrations are played through the same collector, prompts and masking as rollouts, so the
+cloned tokens are exactly where the policy's own actions will later be; the loss is the mean
+negative log-likelihood of those tokens.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+
+from orsd_gym.train.config import Config
+
+
+def demonstration_seeds(config: Config) -> list[int]:
+    """Training-task seeds of the demonstrations (fixed by ``train.seed``)."""
+    rng = np.random.default_rng(np.random.SeedSequence([config.train.seed, 0xBC]))
+    n = config.warm_start.episodes
+    return [int(s) for s in rng.choice(config.train.num_train_seeds, size=n, replace=n > config.train.num_train_seeds)]
+
+
+def collect_demonstrations(config: Config, policy: Any) -> list:
+    """Expert episodes on training tasks, laid out exactly like the policy's rollouts."""
+    import gymnasium as gym
+
+    import orsd_gym  # noqa: F401
+    from orsd_gym.rollout.collector import collect, expert_teacher
+
+    kwargs = dict(config.env.kwargs, **config.warm_start.env_kwargs)
+    if config.env.max_episode_steps is not None:
+        kwargs["max_episode_steps"] = config.env.max_episode_steps
+    env = gym.make(config.env.id, **kwargs)
+    try:
+        return collect(
+            env,
+            policy,
+            demonstration_seeds(config),
+            group_size=1,
+            max_turns=config.rollout.max_turns,
+            max_episode_tokens=config.rollout.max_episode_tokens,
+            teacher=expert_teacher,
+            num_envs=1,
+            **config.rollout.options,
+        )
+    finally:
+        env.close()
+
+
+def clone(policy: Any, demonstrations: list, config: Config) -> dict[str, float]:
+    """Fit the policy to the successful demonstrations; return metrics."""
+    ws = config.warm_start
+    demos = [d for d in demonstrations if d.success]
+    if not demos:
+        raise RuntimeError("the expert won none of the warm-start episodes; check the env's expert (expert=True)")
+    optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=ws.lr, weight_decay=0.0)
+    rng = np.random.default_rng(np.random.SeedSequence([config.train.seed, 0xBC, 1]))
+    losses = []
+    for _ in range(ws.epochs):
+        order = rng.permutation(len(demos))
+        epoch_loss, epoch_tokens = 0.0, 0
+        for start in range(0, len(demos), ws.batch_size):
+            batch = [demos[i] for i in order[start : start + ws.batch_size]]
+            tokens = sum(sum(d.loss_mask) for d in batch)
+            optimizer.zero_grad(set_to_none=True)
+            logprobs = policy.score([d.token_ids for d in batch], [d.loss_mask for d in batch], with_grad=True)
+            loss = -sum((lp * torch.tensor(d.loss_mask, dtype=lp.dtype)).sum() for lp, d in zip(logprobs, batch)) / tokens
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(policy.trainable_parameters(), config.optim.grad_clip or float("inf"))
+            optimizer.step()
+            epoch_loss += loss.item() * tokens
+            epoch_tokens += tokens
+        losses.append(epoch_loss / epoch_tokens)
+    return {
+        "warm_start/demos": float(len(demos)),
+        "warm_start/expert_success": len(demos) / len(demonstrations),
+        "warm_start/first_epoch_nll": losses[0],
+        "warm_start/last_epoch_nll": losses[-1],
+    }
+
+
+def ensure_warm_start(config: Config, policy: Any, path: str | Path) -> dict[str, float] | None:
+    """Load the warm-start weights from ``path`` if they exist, else make and save them.
+
+    Returns the cloning metrics when it cloned, None when it loaded. The file is written
+    atomically, so an interrupted run clones again rather than loading half a file.
+    """
+    path = Path(path)
+    if path.is_file():
+        policy.load_state_dict(load_file(path))
+        return None
+    started = time.perf_counter()
+    metrics = clone(policy, collect_demonstrations(config, policy), config)
+    metrics["warm_start/time"] = time.perf_counter() - started
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    save_file({k: v.detach().contiguous().cpu() for k, v in policy.state_dict().items()}, partial)
+    os.replace(partial, path)
+    return metrics
