@@ -1,7 +1,7 @@
 """``orsd-gym demo``: the embedded main job that ``make demo`` runs.
 
-For now a smoke run of the ALFWorld engine: play generated tasks of every type with the
-planner's expert actions and print a table (later replaced by the GRPO-vs-ORSD comparison).
+Plain GRPO vs ORSD on generated ALFWorld tasks with the embedded SmolLM2-135M on a CPU (the
+shipped ``demo`` config), then the report: ``reports/demo/report.md`` with plots.
 """
 
 from __future__ import annotations
@@ -10,36 +10,18 @@ import argparse
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--episodes", type=int, default=6, help="generated ALFWorld tasks to play")
-    parser.add_argument("--seed", type=int, default=0, help="generator seed")
+    parser.add_argument("--seeds", type=int, default=2, help="seeds per algorithm")
+    parser.add_argument("--out", default="reports/demo", help="report directory")
+    parser.add_argument("--fresh", action="store_true", help="retrain runs already in the report directory")
+    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides of the demo config")
 
 
 def run(args: argparse.Namespace) -> int:
-    import gymnasium as gym
-    from rich.console import Console
-    from rich.table import Table
+    from orsd_gym.train import compare
 
-    import orsd_gym  # noqa: F401
-    from orsd_gym.cli import CLIError
-    from orsd_gym.envs.alfworld.expert import play_expert
-
-    if args.episodes < 1:
-        raise CLIError(f"--episodes must be >= 1, got {args.episodes}")
-    env = gym.make(
-        "orsd_gym/ALFWorld-v0", expert=True, generator={"num_tasks": args.episodes, "seed": args.seed}
+    return compare.run(
+        argparse.Namespace(
+            env=None, algos="grpo,orsd", seeds=args.seeds, config="demo", out=args.out, fresh=args.fresh,
+            no_live=False, overrides=args.overrides,
+        )
     )
-    table = Table(title="ALFWorld (generated tasks, real engine): planner expert")
-    for column in ("task", "task type", "goal", "steps", "won", "time (s)"):
-        table.add_column(column)
-    console = Console()
-    wins = 0
-    with console.status("generating and playing tasks (first run checks each with the planner)..."):
-        for task_id in range(args.episodes):
-            episode = play_expert(env, task_id)
-            wins += episode.won
-            table.add_row(str(task_id), episode.task_type, episode.goal, str(episode.steps),
-                          "yes" if episode.won else "no", f"{episode.seconds:.2f}")
-    env.close()
-    console.print(table)
-    console.print(f"won {wins}/{args.episodes}")
-    return 0 if wins == args.episodes else 1
