@@ -75,7 +75,10 @@ def resolve_dtype(dtype: str | torch.dtype, device: str) -> torch.dtype:
 def load_pretrained(source: str, *, device: str, dtype: str | torch.dtype, attn_implementation: str | None):
     """``(model, tokenizer)`` from a ``from_pretrained`` directory or hub id, in eval mode."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
+    # The per-tensor "Loading weights" bar would interleave with our own progress views.
+    hf_logging.disable_progress_bar()
     torch_dtype = resolve_dtype(dtype, device)
     kwargs: dict[str, Any] = {"dtype": torch_dtype}
     if attn_implementation:
