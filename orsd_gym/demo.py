@@ -13,6 +13,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seeds", type=int, default=2, help="seeds per algorithm")
     parser.add_argument("--out", default="reports/demo", help="report directory")
     parser.add_argument("--fresh", action="store_true", help="retrain runs already in the report directory")
+    parser.add_argument("--no-live", action="store_true", help="plain output instead of live views")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides of the demo config")
 
 
@@ -22,6 +23,6 @@ def run(args: argparse.Namespace) -> int:
     return compare.run(
         argparse.Namespace(
             env=None, algos="grpo,orsd", seeds=args.seeds, config="demo", out=args.out, fresh=args.fresh,
-            no_live=False, overrides=args.overrides,
+            no_live=args.no_live, overrides=args.overrides,
         )
     )

@@ -9,7 +9,6 @@ import sys
 import gymnasium as gym
 import pytest
 from contract import (
-    assert_info_contract,
     assert_seed_determinism,
     assert_spaces_and_checker,
     assert_task_id_option,

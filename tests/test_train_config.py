@@ -7,9 +7,9 @@ from typing import Literal
 
 import pytest
 
-from orsd_gym.train import configio
+from orsd_gym import configio
 from orsd_gym.train.config import Config
-from orsd_gym.train.configio import ConfigError
+from orsd_gym.configio import ConfigError
 
 
 @dataclass

@@ -6,7 +6,6 @@
 from orsd_gym.algos.base import (
     ALGORITHMS,
     Algorithm,
-    AlgorithmConfigError,
     PreparedBatch,
     UnknownAlgorithmError,
     algorithm_config_class,
@@ -20,7 +19,6 @@ from orsd_gym.algos.rewards import RewardConfig, trajectory_reward
 __all__ = [
     "ALGORITHMS",
     "Algorithm",
-    "AlgorithmConfigError",
     "GRPO",
     "GRPOConfig",
     "ORSD",

@@ -8,9 +8,6 @@ mini-batch and epoch, backpropagating each micro-batch loss before the next.
 
 from __future__ import annotations
 
-import dataclasses
-import types
-import typing
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -19,12 +16,9 @@ from typing import Any, ClassVar, TypeVar
 import numpy as np
 import torch
 
+from orsd_gym import configio
 from orsd_gym.policies.base import Policy
 from orsd_gym.rollout.trajectory import Trajectory
-
-
-class AlgorithmConfigError(ValueError):
-    """An algorithm config names an unknown key or carries a bad value."""
 
 
 class UnknownAlgorithmError(KeyError):
@@ -150,65 +144,10 @@ C = TypeVar("C")
 
 
 def coerce_config(cls: type[C], config: Any, *, prefix: str = "") -> C:
-    """``config`` as an instance of the dataclass ``cls``; dicts are validated key by key.
-
-    Unknown keys and values of the wrong type raise `AlgorithmConfigError` naming the key.
-    """
+    """``config`` as an instance of the dataclass ``cls`` (None: defaults; a mapping is validated
+    key by key by `orsd_gym.configio`, so a bad key or value raises `ConfigError` naming it)."""
     if config is None:
         return cls()
     if isinstance(config, cls):
         return config
-    if not isinstance(config, Mapping):
-        raise AlgorithmConfigError(f"{prefix or cls.__name__}: expected a mapping or {cls.__name__}, got {config!r}")
-    hints = typing.get_type_hints(cls)
-    known = {f.name for f in dataclasses.fields(cls) if f.init}
-    unknown = sorted(set(config) - known)
-    if unknown:
-        raise AlgorithmConfigError(
-            f"unknown key '{prefix}{unknown[0]}' for {cls.__name__}; valid keys: {', '.join(sorted(known))}"
-        )
-    kwargs = {key: _coerce_value(hints[key], value, f"{prefix}{key}") for key, value in config.items()}
-    try:
-        return cls(**kwargs)
-    except (TypeError, ValueError) as error:
-        raise AlgorithmConfigError(f"{prefix or cls.__name__}: {error}") from None
-
-
-def _coerce_value(annotation: Any, value: Any, key: str) -> Any:
-    origin = typing.get_origin(annotation)
-    if dataclasses.is_dataclass(annotation):
-        return coerce_config(annotation, value, prefix=f"{key}.")
-    if origin is typing.Literal:
-        if value not in typing.get_args(annotation):
-            raise AlgorithmConfigError(f"{key}: {value!r} is not one of {list(typing.get_args(annotation))}")
-        return value
-    if origin in (typing.Union, types.UnionType):
-        args = typing.get_args(annotation)
-        if value is None and type(None) in args:
-            return None
-        errors = []
-        for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                return _coerce_value(arg, value, key)
-            except AlgorithmConfigError as error:
-                errors.append(str(error))
-        raise AlgorithmConfigError("; ".join(errors))
-    if annotation is bool:
-        if not isinstance(value, bool):
-            raise AlgorithmConfigError(f"{key}: expected true/false, got {value!r}")
-        return value
-    if annotation is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise AlgorithmConfigError(f"{key}: expected a number, got {value!r}")
-        return float(value)
-    if annotation is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise AlgorithmConfigError(f"{key}: expected an integer, got {value!r}")
-        return value
-    if annotation is str:
-        if not isinstance(value, str):
-            raise AlgorithmConfigError(f"{key}: expected a string, got {value!r}")
-        return value
-    return value
+    return configio.from_dict(cls, config, prefix=prefix)

@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from orsd_gym.train import configio
+from orsd_gym import configio
 from orsd_gym.train.config import Config, validate_algo
 from orsd_gym.train.metrics import read_metrics
 

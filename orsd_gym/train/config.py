@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from orsd_gym.train import configio
-from orsd_gym.train.configio import ConfigError
+from orsd_gym import configio
+from orsd_gym.configio import ConfigError
 
 
 @dataclass

@@ -20,7 +20,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from orsd_gym.cli import CLIError
-    from orsd_gym.train import configio
+    from orsd_gym import configio
     from orsd_gym.train.checkpoint import CheckpointError, latest_good_checkpoint, load_checkpoint
     from orsd_gym.train.config import Config, ConfigError
     from orsd_gym.train.trainer import Trainer

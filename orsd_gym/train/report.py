@@ -155,7 +155,7 @@ def effect_statement(summary: dict[str, Any]) -> list[str]:
 
 def write_report(out_dir: str | Path, base_config: Any, results: list[Any]) -> Path:
     """Write results.json, learning curves and report.md into ``out_dir``; return report.md."""
-    from orsd_gym.train import configio
+    from orsd_gym import configio
 
     out_dir = Path(out_dir)
     summary = summarise(results)

@@ -21,7 +21,7 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
-from orsd_gym.train import configio
+from orsd_gym import configio
 from orsd_gym.train.checkpoint import (
     join_optimizer_state,
     latest_good_checkpoint,

@@ -21,7 +21,7 @@ import yaml
 T = TypeVar("T")
 
 #: Example configs installed with the package, usable by name (``--config alfworld_cpu``).
-SHIPPED_CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+SHIPPED_CONFIGS = Path(__file__).resolve().parent / "configs"
 
 
 class ConfigError(ValueError):
