@@ -81,6 +81,13 @@ def test_orsd_run_on_generated_alfworld(tmp_path):
     groups = json.loads((audit / "groups.json").read_text())
     assert groups and "bundles" in groups[0]
 
+    from orsd_gym.cli import main
+
+    page = tmp_path / "credit.html"
+    assert main(["inspect", str(tmp_path), "--iteration", "1", "--trajectory", "1", "--html", str(page)]) == 0
+    assert "<!doctype html>" in page.read_text() and "Rubric" in page.read_text()
+    assert main(["inspect", str(tmp_path), "--iteration", "9"]) == 2  # no such audit: a clear error
+
 
 def _train_cli(out: Path, iterations: int, *, resume: bool = False, wait: bool = True):
     code = (

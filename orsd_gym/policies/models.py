@@ -219,3 +219,15 @@ def load_policy(
             f"For the embedded model run: {INSTALL_HINT}"
         ) from error
     return HFPolicy(model, tokenizer, lora=lora, seed=seed, chat_template_kwargs=chat_template_kwargs, name=name_or_path)
+
+
+def load_tokenizer(name_or_path: str) -> Any:
+    """Only the tokenizer of a model (registry name, local path or hub id): for reading
+    trajectories' tokens without loading weights."""
+    from transformers import AutoTokenizer
+
+    source = resolve(name_or_path)
+    try:
+        return AutoTokenizer.from_pretrained(source)
+    except OSError as error:
+        raise ModelNotFoundError(f"could not load the tokenizer of {name_or_path!r} from {source!r}: {error}") from error
