@@ -62,10 +62,14 @@ def summarise(results: list[Any]) -> dict[str, Any]:
         runs = [r for r in results if r.algo == algo and r.evals]
         entry: dict[str, Any] = {}
         for label, key in METRICS:
+            starts = [r.evals[0].get(key, math.nan) for r in runs]
             finals = [r.evals[-1].get(key, math.nan) for r in runs]
             bests = [max(e.get(key, -math.inf) for e in r.evals) for r in runs]
+            entry[f"start_{label}"] = mean_ci(starts).as_dict()
             entry[f"final_{label}"] = mean_ci(finals).as_dict()
             entry[f"best_{label}"] = mean_ci(bests).as_dict()
+            entry[f"start_{label}_seed_sd"] = float(np.std(starts, ddof=1)) if len(starts) > 1 else math.nan
+            entry[f"final_{label}_seed_sd"] = float(np.std(finals, ddof=1)) if len(finals) > 1 else math.nan
         table[algo] = entry
         for r in runs:
             per_run[f"{algo}-seed{r.seed}"] = {
@@ -74,6 +78,7 @@ def summarise(results: list[Any]) -> dict[str, Any]:
                 "run_dir": str(r.run_dir),
                 "curve": [{"iteration": e["iteration"], "env_steps": e["env_steps"], **{k: e.get(k) for _, k in METRICS}} for e in r.evals],
                 "orsd_rubric_frac": _mean_metric(r.metrics, "orsd/rubric_frac"),
+                "orsd_abs_delta_mean": _mean_metric(r.metrics, "orsd/abs_delta_mean"),
                 "zero_adv_group_frac": _mean_metric(r.metrics, "algo/zero_adv_group_frac"),
                 "mixed_group_frac": _mixed_group_frac(r.metrics),
                 "train_success_rate": _mean_metric(r.metrics, "train/success_rate"),
@@ -135,21 +140,30 @@ def plot_curves(summary: dict[str, Any], path: Path, key: str, ylabel: str) -> N
 def effect_statement(summary: dict[str, Any]) -> list[str]:
     """Plain-language reading of each paired difference against seed noise."""
     lines = []
+    baseline = summary["algos"][0]
     for name, entry in summary["paired"].items():
         diff = entry["final_success_diff"]
         n = diff["n"]
         if n == 0:
             continue
+        row = summary["table"][baseline]
+        noise = [row.get(f"{when}_success_seed_sd", math.nan) for when in ("start", "final")]
+        noise_text = (f"; seed-to-seed sd of {baseline}'s success: {noise[0]:.3f} at the start, {noise[1]:.3f} at the end"
+                      if not any(math.isnan(x) for x in noise) else "")
         if n < 2 or math.isnan(diff["ci95"]):
             lines.append(f"- {name}: final success differs by {diff['mean']:+.3f} on a single seed; "
                          "one seed cannot separate an effect from seed noise.")
+            continue
+        if all(d == 0 for d in entry["final_success_diffs"]):
+            lines.append(f"- {name}: identical final success on every one of {n} seeds (difference 0){noise_text}: "
+                         "no measurable effect at this budget.")
             continue
         low, high = diff["mean"] - diff["ci95"], diff["mean"] + diff["ci95"]
         verdict = ("the 95% interval excludes zero: the difference is larger than seed noise"
                    if low > 0 or high < 0 else
                    "the 95% interval includes zero: the difference is not distinguishable from seed noise")
         lines.append(f"- {name}: paired final-success difference {diff['mean']:+.3f} "
-                     f"(95% CI [{low:+.3f}, {high:+.3f}], {n} seeds); {verdict}.")
+                     f"(95% CI [{low:+.3f}, {high:+.3f}], {n} seeds){noise_text}; {verdict}.")
     return lines
 
 
@@ -178,13 +192,13 @@ def write_report(out_dir: str | Path, base_config: Any, results: list[Any]) -> P
         "",
         "## Held-out results (mean ± 95% CI across seeds)",
         "",
-        "| algorithm | final success | best success | final score | best score |",
-        "|---|---|---|---|---|",
+        "| algorithm | start success | final success | best success | final score | best score |",
+        "|---|---|---|---|---|---|",
     ]
     for algo in summary["algos"]:
         row = summary["table"][algo]
-        cells = [str(Estimate(**{k: row[f"{m}"][k] for k in ("mean", "n")}, half_width=row[m]["ci95"]))
-                 for m in ("final_success", "best_success", "final_score", "best_score")]
+        cells = [str(Estimate(row[m]["mean"], row[m]["ci95"], row[m]["n"]))
+                 for m in ("start_success", "final_success", "best_success", "final_score", "best_score")]
         lines.append(f"| {algo} | " + " | ".join(cells) + " |")
     lines += ["", "## Paired differences (same seed: same initial weights, tasks and eval set)", ""]
     for name, entry in summary["paired"].items():
@@ -197,9 +211,12 @@ def write_report(out_dir: str | Path, base_config: Any, results: list[Any]) -> P
     lines += ["", "## Learning signal", "",
               "Fraction of training groups with mixed outcomes (non-zero GRPO advantage), per run: "
               + (", ".join(signal) or "n/a") + "."]
-    orsd = [f"{name}: {run['orsd_rubric_frac']:.2f}" for name, run in summary["runs"].items() if run["orsd_rubric_frac"] is not None]
+    orsd = [f"{name}: {run['orsd_rubric_frac']:.2f} (mean |delta| {run['orsd_abs_delta_mean'] or 0.0:.4f})"
+            for name, run in summary["runs"].items() if run["orsd_rubric_frac"] is not None]
     if orsd:
-        lines.append("Fraction of groups where ORSD selected a rubric: " + ", ".join(orsd) + ".")
+        lines.append("Fraction of groups where ORSD selected a rubric, and the mean |log-likelihood gap| of the "
+                     "corrected tokens: " + ", ".join(orsd) + ". Where this is small, ORSD's advantages are GRPO's "
+                     "and the two runs of a seed coincide.")
     lines += ["", "## Learning curves", "", "![success](success_curve.png)", "", "![score](score_curve.png)", ""]
     report = out_dir / "report.md"
     report.write_text("\n".join(lines), encoding="utf-8")
@@ -212,12 +229,12 @@ def print_summary(report: Path, console: Any) -> None:
 
     summary = json.loads((report.parent / "results.json").read_text())
     table = Table(title=f"held-out results ({report})")
-    for column in ("algorithm", "final success", "best success", "final score", "best score"):
+    for column in ("algorithm", "start success", "final success", "best success", "final score", "best score"):
         table.add_column(column, justify="right" if column != "algorithm" else "left")
     for algo in summary["algos"]:
         row = summary["table"][algo]
         table.add_row(algo, *[str(Estimate(row[m]["mean"], row[m]["ci95"], row[m]["n"]))
-                              for m in ("final_success", "best_success", "final_score", "best_score")])
+                              for m in ("start_success", "final_success", "best_success", "final_score", "best_score")])
     console.print(table)
     for line in effect_statement(summary):
         console.print(line)
