@@ -19,3 +19,11 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"public benchmark data not found at {SHARED_DATA} (only present in the team's workspace)")
     return SHARED_DATA
+
+
+@pytest.fixture(scope="module")
+def policy():
+    """The tiny random Llama with SmolLM2's tokenizer (fast; real tokenizer and chat template)."""
+    from orsd_gym.policies.models import load_policy
+
+    return load_policy("tiny-random", seed=0)

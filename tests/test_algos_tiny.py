@@ -19,13 +19,6 @@ torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="module")
-def policy():
-    from orsd_gym.policies.models import load_policy
-
-    return load_policy("tiny-random", seed=0)
-
-
-@pytest.fixture(scope="module")
 def batch(policy):
     # group 0 and 2: mixed outcomes; group 1: all failed (zero advantage, no rubric)
     return (

@@ -9,7 +9,6 @@ import pytest
 pytest.importorskip("torch")
 
 from orsd_gym.policies.base import Completion, SamplingParams  # noqa: E402
-from orsd_gym.policies.models import ModelNotFoundError, load_policy, smollm2_gguf_path  # noqa: E402
 from orsd_gym.rollout.actions import choose_action, extract_last_line, extract_tag, get_parser  # noqa: E402
 from orsd_gym.rollout.episode import ChatFormat, ChatTemplateError, PerStepEpisode, SequenceEpisode  # noqa: E402
 
@@ -40,15 +39,6 @@ QWEN3_TEMPLATE = """{%- if messages[0].role == 'system' %}{{- '<|im_start|>syste
 {%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}
 {%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}
 {%- endif %}"""
-
-
-@pytest.fixture(scope="module")
-def policy():
-    try:
-        smollm2_gguf_path()
-    except ModelNotFoundError as error:
-        pytest.skip(str(error))
-    return load_policy("tiny-random")
 
 
 @pytest.fixture(scope="module")

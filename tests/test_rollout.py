@@ -12,20 +12,10 @@ pytest.importorskip("torch")
 
 import orsd_gym  # noqa: F401,E402
 from orsd_gym.policies.base import SamplingParams  # noqa: E402
-from orsd_gym.policies.models import ModelNotFoundError, load_policy, smollm2_gguf_path  # noqa: E402
 from orsd_gym.rollout import TaskSpec, collect, group_by, load_jsonl, save_jsonl  # noqa: E402
 from orsd_gym.rollout.trajectory import Trajectory  # noqa: E402
 
 GUESS = "orsd_gym/GuessNumber-v0"
-
-
-@pytest.fixture(scope="module")
-def policy():
-    try:
-        smollm2_gguf_path()
-    except ModelNotFoundError as error:
-        pytest.skip(str(error))
-    return load_policy("tiny-random")
 
 
 def assert_well_formed(t: Trajectory, tokenizer) -> None:

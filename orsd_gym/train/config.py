@@ -16,6 +16,12 @@ from orsd_gym import configio
 from orsd_gym.configio import ConfigError
 
 
+def _require_at_least_one(section: Any, *names: str) -> None:
+    for name in names:
+        if getattr(section, name) < 1:
+            raise ValueError(f"{name} must be >= 1, got {getattr(section, name)}")
+
+
 @dataclass
 class LoRAConfig:
     enabled: bool = False
@@ -72,9 +78,7 @@ class RolloutConfig:
     options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        for name in ("tasks_per_iteration", "group_size", "max_turns", "max_new_tokens", "max_episode_tokens"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        _require_at_least_one(self, "tasks_per_iteration", "group_size", "max_turns", "max_new_tokens", "max_episode_tokens")
         if self.top_p != 1.0:
             # PPO ratios and ORSD's replay compare against rollout log-probs; with top-p those
             # are log-probs of a truncated distribution that scoring cannot reproduce.
@@ -112,9 +116,7 @@ class OptimConfig:
     def __post_init__(self) -> None:
         if self.lr <= 0:
             raise ValueError(f"lr must be > 0, got {self.lr}")
-        for name in ("epochs", "minibatches", "micro_batch_tokens"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        _require_at_least_one(self, "epochs", "minibatches", "micro_batch_tokens")
 
 
 @dataclass
