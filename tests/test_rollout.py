@@ -119,27 +119,27 @@ def test_bad_arguments(policy):
         collect(GUESS, policy, [0], group_size=0)
 
 
-@pytest.mark.slow
-def test_alfworld_generated_rollout(policy):
-    env = gym.make("orsd_gym/ALFWorld-v0", generator={"num_tasks": 2, "max_receptacles": 3, "num_distractors": 1})
+def _two_attempts(policy, env_id: str, **env_kwargs):
+    env = gym.make(env_id, **env_kwargs)
     try:
         out = collect(env, policy, [0], group_size=2, num_envs=1, sampling=SamplingParams(max_new_tokens=12), max_turns=3)
     finally:
         env.close()
     for t in out:
         assert_well_formed(t, policy.tokenizer)
+    return out
+
+
+@pytest.mark.slow
+def test_alfworld_generated_rollout(policy):
+    out = _two_attempts(policy, "orsd_gym/ALFWorld-v0", generator={"num_tasks": 2, "max_receptacles": 3, "num_distractors": 1})
+    for t in out:
         assert "Admissible actions:" in t.prompt_messages[1]["content"]
 
 
 @pytest.mark.slow
 def test_webshop_rollout(policy):
-    env = gym.make("orsd_gym/WebShop-v0")
-    try:
-        out = collect(env, policy, [0], group_size=2, num_envs=1, sampling=SamplingParams(max_new_tokens=12), max_turns=3)
-    finally:
-        env.close()
-    for t in out:
-        assert_well_formed(t, policy.tokenizer)
+    _two_attempts(policy, "orsd_gym/WebShop-v0")
 
 
 def test_cli_end_to_end(policy, tmp_path):
