@@ -42,7 +42,7 @@ def make_group(
     contexts = [prompt + c.token_ids + bridge for c in first]
     second = policy.generate(contexts, SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, seed=seed + 1))
     out = []
-    for a, b, success in zip(first, second, successes):
+    for k, (a, b, success) in enumerate(zip(first, second, successes)):
         tokens = prompt + a.token_ids + bridge + b.token_ids
         p, m1, e = len(prompt), len(prompt) + len(a.token_ids), len(prompt) + len(a.token_ids) + len(bridge)
         out.append(
@@ -63,6 +63,7 @@ def make_group(
                 task_id=task_id,
                 seed=seed,
                 group_id=group_id,
+                episode_id=group_id * 1000 + k,
                 success=bool(success),
                 terminated=bool(success),
                 format_valid=[True, True],

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,20 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"public benchmark data not found at {SHARED_DATA} (only present in the team's workspace)")
     return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def alfworld_data(shared_data, tmp_path_factory) -> Path:
+    """ALFWorld's official train and valid_seen games, unpacked once into a temporary
+    ``$ALFWORLD_DATA``-style folder (``json_2.1.1/<split>/...``)."""
+    root = tmp_path_factory.mktemp("alfworld_data")
+    for split in ("train", "valid_seen"):
+        archive = shared_data / "alfworld" / f"alfworld_json_2.1.1_{split}.tar.xz"
+        if not archive.is_file():
+            pytest.skip(f"{archive} not found")
+        with tarfile.open(archive) as tar:
+            tar.extractall(root, filter="data")
+    return root
 
 
 @pytest.fixture(scope="module")

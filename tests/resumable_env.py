@@ -7,17 +7,20 @@ from orsd_gym.envs import StepOutcome, TextEnv, register_text_env
 
 
 class VowelEnv(TextEnv):
-    """Reward = share of vowels in the action (one step per episode)."""
+    """Reward = share of vowels in the action (one step per episode). It declares no
+    training/held-out partition, like most users' first envs."""
+
+    themes = ("animal", "colour", "city", "food", "tool", "plant", "river", "song", "game", "name")
 
     @property
     def tasks(self):
-        return ("vowels",)
+        return self.themes
 
     def _task_text(self, task_id):
-        return "Write a word with many vowels."
+        return f"Write a {self.themes[task_id]} word with many vowels."
 
     def _start_task(self, task_id, options):
-        return "Your task is to: write a word with many vowels.", {}
+        return f"Your task is to: {self._task_text(task_id).lower()}", {}
 
     def _play(self, action):
         letters = [c for c in action.lower() if c.isalpha()]

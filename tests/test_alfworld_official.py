@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import tarfile
 from collections import Counter
 
 import gymnasium as gym
@@ -21,14 +20,8 @@ pytestmark = pytest.mark.official_data
 
 
 @pytest.fixture(scope="session")
-def valid_seen(shared_data, tmp_path_factory):
-    archive = shared_data / "alfworld" / "alfworld_json_2.1.1_valid_seen.tar.xz"
-    if not archive.is_file():
-        pytest.skip(f"{archive} not found")
-    root = tmp_path_factory.mktemp("alfworld_data")
-    with tarfile.open(archive) as tar:
-        tar.extractall(root, filter="data")
-    return root
+def valid_seen(alfworld_data):
+    return alfworld_data
 
 
 def test_lists_the_140_valid_seen_games(valid_seen):

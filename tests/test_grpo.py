@@ -103,7 +103,7 @@ def _trajectory(success: bool, valid: list[bool], fmt: list[bool]) -> Trajectory
         token_ids=[1, 2], loss_mask=[0, 1], logprobs=[0.0, -1.0], spans=[TurnSpan("prompt", 0, 1)],
         rewards=[0.0] * len(valid), infos=[{"is_valid_action": True}] + [{"is_valid_action": v} for v in valid],
         model_turns=[], actions=[], observations=[], task="t", prompt_messages=[], env_id="e", task_id=0,
-        seed=0, group_id=0, success=success, format_valid=fmt,
+        seed=0, group_id=0, episode_id=0, success=success, format_valid=fmt,
     )
 
 
@@ -111,7 +111,10 @@ def test_reward_config_penalties():
     traj = _trajectory(True, [True, False, False], [True, False, True])
     assert trajectory_reward(traj, RewardConfig()) == 1.0
     cfg = RewardConfig(success_reward=2.0, invalid_action_penalty=0.1, format_penalty=0.25)
-    assert trajectory_reward(traj, cfg) == pytest.approx(2.0 - 0.2 - 0.25)
+    # Turn 2 is unparsable and rejected by the env: one bad turn, one (the larger) penalty.
+    assert trajectory_reward(traj, cfg) == pytest.approx(2.0 - 0.25 - 0.1)
+    unparsable_only = RewardConfig(invalid_action_penalty=0.1)
+    assert trajectory_reward(traj, unparsable_only) == pytest.approx(1.0 - 0.1 - 0.1)
     assert trajectory_reward(_trajectory(False, [True], [True]), cfg) == 0.0
     with pytest.raises(ValueError, match="magnitudes"):
         RewardConfig(invalid_action_penalty=-1)
@@ -138,16 +141,21 @@ def test_registry_and_config_validation():
 def test_per_step_samples_share_their_episode_advantage():
     from orsd_gym.algos.grpo import episode_groups
 
-    def sample(group_id, step, success):
+    def sample(group_id, episode_id, step, success):
         t = _trajectory(success, [True], [True])
-        t.group_id, t.extra = group_id, {"layout": "per_step", "step": step}
+        t.group_id, t.episode_id, t.step, t.extra = group_id, episode_id, step, {"layout": "per_step"}
         return t
 
     # group 0: a won episode of 3 steps and a lost one of 1 step; group 1: two 1-step episodes
-    trajs = [sample(0, 0, True), sample(0, 1, True), sample(0, 2, True), sample(0, 0, False),
-             sample(1, 0, True), sample(1, 0, True)]
+    trajs = [sample(0, 0, 0, True), sample(0, 0, 1, True), sample(0, 0, 2, True), sample(0, 1, 0, False),
+             sample(1, 2, 0, True), sample(1, 3, 0, True)]
     assert episode_groups(trajs) == {0: [[0, 1, 2], [3]], 1: [[4], [5]]}
     batch = make_algorithm("grpo", {"norm_std": False}).grpo_prepare(trajs)
     # episode-level mean 0.5 (not the sample-level 0.75): +0.5 on every won sample, -0.5 on the lost one
     assert [float(a[1]) for a in batch.advantages] == [0.5, 0.5, 0.5, -0.5, 0.0, 0.0]
     assert batch.metrics["zero_adv_group_frac"] == 0.5
+    # Per-episode metrics: 3 of 4 episodes won (per sample it would be 5 of 6).
+    assert batch.metrics["reward_mean"] == 0.75
+    # Episodes are told apart by episode_id, not by sample order: interleaved samples still group.
+    shuffled = [trajs[i] for i in (3, 0, 4, 1, 5, 2)]
+    assert episode_groups(shuffled) == {0: [[0], [1, 3, 5]], 1: [[2], [4]]}

@@ -64,8 +64,9 @@ def test_select_bundle_none_cases():
     assert select_bundle([[0.4, 0.4], [0.7, 0.7]], [0.0, 1.0]) is None  # no bundle varies
     assert select_bundle([[0.9, 0.1, 0.5]], [0.0, 1.0, 0.5]) is None  # best corr -1 < 0
     assert select_bundle([], [0.0, 1.0]) is None
-    # a zero correlation is not below the default threshold 0
-    assert select_bundle([[1, 0, 0, 1]], [0, 0, 1, 1]) == 0
+    # a zero correlation is no evidence of alignment: not selected at the default threshold 0
+    assert select_bundle([[1, 0, 0, 1]], [0, 0, 1, 1]) is None
+    assert select_bundle([[1, 0, 0, 1]], [0, 0, 1, 1], min_corr=-0.5) == 0
 
 
 def test_select_bundle_rejects_nan_and_bad_shapes():
@@ -177,7 +178,7 @@ def _traj(actions, observations, success=True):
         token_ids=[0], loss_mask=[0], logprobs=[0.0], spans=[TurnSpan("prompt", 0, 1)], rewards=[1.0],
         infos=[{}], model_turns=list(actions), actions=list(actions), observations=list(observations),
         task="find it", prompt_messages=[{"role": "user", "content": "hi"}], env_id="e", task_id=0, seed=0,
-        group_id=0, success=success,
+        group_id=0, episode_id=0, success=success,
     )
 
 

@@ -22,10 +22,18 @@ def test_mean_ci_matches_hand_computation():
     assert math.isnan(mean_ci([]).mean)
 
 
+def _plan(seed, warnings=()):
+    summary = {"partition": "floor plans", "eval_on": "held_out", "eval_kwargs": {"split": "generated_eval"},
+               "eval_tasks": 3, "warnings": list(warnings)}
+    keys = {"train": [f"e:train-{seed}", f"e:train-{seed + 1}"], "eval": ["e:eval-0", "e:eval-1", "e:eval-1"],
+            "warm_start": ["e:train-9"]}
+    return {"summary": summary, "keys": keys}
+
+
 def _run(algo, seed, successes, tmp_path):
     evals = [{"iteration": i * 2, "env_steps": i * 100, "eval/success_rate": s, "eval/mean_return": s} for i, s in enumerate(successes)]
     metrics = [{"iteration": 1, "algo/zero_adv_group_frac": 0.25, **({"orsd/rubric_frac": 0.5} if algo == "orsd" else {})}]
-    return RunResult(algo, seed, tmp_path / f"{algo}{seed}", evals, metrics)
+    return RunResult(algo, seed, tmp_path / f"{algo}{seed}", evals, metrics, _plan(seed))
 
 
 def test_summary_pairs_by_seed_and_writes_report(tmp_path):
@@ -44,8 +52,21 @@ def test_summary_pairs_by_seed_and_writes_report(tmp_path):
     statement = effect_statement(summary)[0]
     # sd 0.0707, t(1) = 12.706 -> half width 0.635: two seeds cannot rule out noise here.
     assert "+0.250" in statement and "[-0.385, +0.885]" in statement and "includes zero" in statement
+    # Over all runs: 2 distinct evaluation tasks, none of them trained on (training: 0..2 and 9).
+    tasks = summary["tasks"]
+    assert (tasks["eval_distinct"], tasks["train_distinct"], tasks["eval_train_overlap"]) == (2, 4, 0)
     report = write_report(tmp_path, Config(), results)
     text = report.read_text()
     assert "| orsd |" in text and "Paired differences" in text and "success_curve.png" in text
+    assert "3 held-out tasks (2 distinct)" in text and "evaluation tasks that any run trained on: 0" in text
     assert (tmp_path / "success_curve.png").stat().st_size > 1000
     assert json.loads((tmp_path / "results.json").read_text())["algos"] == ["grpo", "orsd"]
+
+
+def test_report_counts_overlap_across_runs_and_repeats_warnings(tmp_path):
+    leaky = _run("grpo", 0, [0.0, 0.5], tmp_path)
+    leaky.plan["keys"]["train"].append("e:eval-1")
+    leaky.plan["summary"]["warnings"] = ["env declares no partition"]
+    text = write_report(tmp_path, Config(), [leaky, _run("orsd", 0, [0.0, 0.5], tmp_path)]).read_text()
+    assert "evaluation tasks that any run trained on: 1" in text
+    assert "**warning**: env declares no partition" in text

@@ -100,13 +100,14 @@ def test_vector_env_and_no_kv_cache_give_the_same_tokens(policy):
 def test_per_step_layout(policy):
     out = collect(GUESS, policy, [0], group_size=2, layout="per_step", history=2,
                   sampling=SamplingParams(max_new_tokens=8), max_turns=3)
-    steps = [t.extra["step"] for t in out]
+    steps = [t.step for t in out]
     assert steps.count(0) == 2 and max(steps) == 2
+    assert len({t.episode_id for t in out}) == 2  # every sample names its episode
     for t in out:
         assert [s.kind for s in t.spans] == ["prompt", "model"]
-        if t.extra["step"] > 0:
+        if t.step > 0:
             assert t.prompt_messages[1]["content"].startswith("Your task is:")
-        if t.extra["step"] == 2:
+        if t.step == 2:
             assert "Your last 2 steps" in t.prompt_messages[1]["content"]
 
 

@@ -17,7 +17,8 @@ from resumable_env import ENV_ID
 from orsd_gym.train.checkpoint import latest_good_checkpoint
 from orsd_gym.train.config import ConfigError, load_config
 from orsd_gym.train.metrics import read_metrics
-from orsd_gym.train.trainer import Trainer, training_task_seeds
+from orsd_gym.train.plan import task_plan
+from orsd_gym.train.trainer import Trainer
 
 TESTS = Path(__file__).parent
 
@@ -54,10 +55,13 @@ def test_bad_config_fails_before_loading_anything():
 
 
 def test_training_tasks_are_shared_across_algorithms():
-    grpo = load_config(None, ["algo.name=grpo", "train.seed=3"])
-    orsd = load_config(None, ["algo.name=orsd", "train.seed=3"])
-    assert [training_task_seeds(grpo, i) for i in range(3)] == [training_task_seeds(orsd, i) for i in range(3)]
-    assert training_task_seeds(grpo, 0) != training_task_seeds(grpo, 1)
+    run = ["env.id=orsd_gym/GuessNumber-v0", "train.seed=3", "rollout.tasks_per_iteration=3", "eval.num_tasks=4"]
+    grpo = task_plan(load_config(None, ["algo.name=grpo", *run]), 3)
+    orsd = task_plan(load_config(None, ["algo.name=orsd", *run]), 3)
+    assert grpo == orsd
+    assert grpo["train"][:3] != grpo["train"][3:6]
+    other_seed = task_plan(load_config(None, ["algo.name=grpo", *run, "train.seed=4"]), 3)
+    assert other_seed["train"] != grpo["train"] and other_seed["eval"] == grpo["eval"]
 
 
 @pytest.mark.slow

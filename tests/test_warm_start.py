@@ -8,6 +8,7 @@ pytest.importorskip("textworld")
 
 from orsd_gym.policies.models import load_policy  # noqa: E402
 from orsd_gym.train.config import load_config  # noqa: E402
+from orsd_gym.train.plan import build_task_plan  # noqa: E402
 from orsd_gym.train.warm_start import clone, collect_demonstrations, ensure_warm_start  # noqa: E402
 
 EASY_ALFWORLD = [
@@ -17,6 +18,7 @@ EASY_ALFWORLD = [
     "rollout.max_turns=8",
     "rollout.options={action_format: admissible}",
     "warm_start.episodes=3",
+    "eval.num_tasks=2",
     "warm_start.epochs=3",
     "warm_start.lr=3e-3",
 ]
@@ -26,12 +28,16 @@ EASY_ALFWORLD = [
 def setup():
     config = load_config(None, EASY_ALFWORLD)
     policy = load_policy("tiny-random")
-    return config, policy, collect_demonstrations(config, policy)
+    plan = build_task_plan(config)
+    return config, plan, policy, collect_demonstrations(config, plan, policy)
 
 
 def test_demonstrations_are_expert_wins_in_rollout_layout(setup):
-    config, policy, demos = setup
+    config, plan, policy, demos = setup
     assert len(demos) == 3 and all(d.success for d in demos)
+    # Demonstrations come from training tasks only, never from the held-out floor plans.
+    assert all(":train:" in task.key for task in plan.warm_start)
+    assert [d.task_id for d in demos] == [task.task_id for task in plan.warm_start]
     for demo in demos:
         assert demo.format_valid == [True] * demo.num_turns
         decoded = [policy.tokenizer.decode(demo.token_ids[s.start : s.end], skip_special_tokens=True) for s in demo.model_spans()]
@@ -40,18 +46,18 @@ def test_demonstrations_are_expert_wins_in_rollout_layout(setup):
 
 
 def test_cloning_lowers_the_demonstrations_nll(setup):
-    config, policy, demos = setup
+    config, _, policy, demos = setup
     metrics = clone(policy, demos, config)
     assert metrics["warm_start/last_epoch_nll"] < metrics["warm_start/first_epoch_nll"]
     assert metrics["warm_start/expert_success"] == 1.0
 
 
 def test_warm_start_is_cached_and_reused(tmp_path, setup):
-    config, _, _ = setup
+    config, plan, _, _ = setup
     path = tmp_path / "ws.safetensors"
     first = load_policy("tiny-random")
-    assert ensure_warm_start(config, first, path) is not None and path.is_file()
+    assert ensure_warm_start(config, plan, first, path) is not None and path.is_file()
     second = load_policy("tiny-random")
-    assert ensure_warm_start(config, second, path) is None  # loaded, not cloned again
+    assert ensure_warm_start(config, plan, second, path) is None  # loaded, not cloned again
     a, b = first.state_dict(), second.state_dict()
     assert all((a[k] == b[k]).all() for k in a)

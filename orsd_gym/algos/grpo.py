@@ -79,25 +79,18 @@ def group_advantages(rewards: Sequence[float], *, norm_std: bool = True, eps: fl
 
 
 def episode_groups(trajectories: Sequence[Trajectory]) -> dict[int, list[list[int]]]:
-    """group_id -> the attempts of the group, each a list of trajectory indices.
+    """group_id -> the attempts (episodes) of the group, each a list of its trajectory indices.
 
-    With the collector's ``per_step`` layout an episode is several consecutive trajectories
-    (``extra["step"]`` = 0, 1, ...); otherwise each trajectory is one attempt.
+    In the per-step layout an episode is several samples sharing one ``episode_id``; in the
+    sequence layout each trajectory is one episode.
     """
     groups: dict[int, list[list[int]]] = {}
-    previous: tuple[int, int] | None = None  # (group_id, step) of the last per-step sample
+    where: dict[int, list[int]] = {}
     for index, trajectory in enumerate(trajectories):
-        step = trajectory.extra.get("step") if trajectory.extra else None
-        episodes = groups.setdefault(trajectory.group_id, [])
-        continues = (
-            step is not None and step > 0 and previous is not None
-            and previous == (trajectory.group_id, step - 1) and episodes
-        )
-        if continues:
-            episodes[-1].append(index)
-        else:
-            episodes.append([index])
-        previous = (trajectory.group_id, step) if step is not None else None
+        if trajectory.episode_id not in where:
+            where[trajectory.episode_id] = []
+            groups.setdefault(trajectory.group_id, []).append(where[trajectory.episode_id])
+        where[trajectory.episode_id].append(index)
     return groups
 
 
@@ -207,11 +200,13 @@ class GRPO(Algorithm):
                     temperature=self.config.temperature,
                 )
             extras["ref_logprobs"] = [r.detach().float().cpu() for r in ref]
+        # Per episode (its first sample), whatever the layout.
+        firsts = [episode[0] for episodes in groups.values() for episode in episodes]
         metrics = {
-            "reward_mean": float(np.mean(rewards)),
+            "reward_mean": float(np.mean([rewards[i] for i in firsts])),
             "num_groups": float(len(groups)),
             "zero_adv_group_frac": zero_groups / len(groups),
-            "adv_abs_mean": float(np.mean(np.abs(sequence_adv))),
+            "adv_abs_mean": float(np.mean([abs(sequence_adv[i]) for i in firsts])),
         }
         return PreparedBatch(
             trajectories=trajectories,

@@ -14,8 +14,10 @@ class RewardConfig:
 
     reward = success_reward * success          (outcome="success", the default)
              or the episode's return            (outcome="return": partial credit, e.g. WebShop's score)
-             - invalid_action_penalty * (#steps the env marked ``is_valid_action=False``)
-             - format_penalty * (#model turns whose action could not be parsed)
+             - sum over turns of the turn's penalty, where a turn pays
+                 format_penalty          if its action could not be parsed (``format_valid`` False),
+                 invalid_action_penalty  if the env rejected it (``is_valid_action`` False),
+                 the larger of the two   if both (one bad turn is penalised once).
     """
 
     outcome: Literal["success", "return"] = "success"
@@ -30,9 +32,16 @@ class RewardConfig:
             raise ValueError("invalid_action_penalty and format_penalty are magnitudes and must be >= 0")
 
 
-def count_invalid_actions(trajectory: Trajectory) -> int:
-    """Steps the env judged invalid (``infos[0]`` is the reset info and is not a step)."""
-    return sum(1 for info in trajectory.infos[1:] if info.get("is_valid_action") is False)
+def turn_penalties(trajectory: Trajectory, config: RewardConfig) -> list[float]:
+    """The penalty of each turn (``infos[0]`` is the reset info; ``infos[k]`` follows turn k)."""
+    penalties = []
+    for turn, info in enumerate(trajectory.infos[1:]):
+        unparsable = turn < len(trajectory.format_valid) and not trajectory.format_valid[turn]
+        rejected = info.get("is_valid_action") is False
+        penalties.append(
+            max(config.format_penalty if unparsable else 0.0, config.invalid_action_penalty if rejected else 0.0)
+        )
+    return penalties
 
 
 def trajectory_reward(trajectory: Trajectory, config: RewardConfig) -> float:
@@ -41,8 +50,4 @@ def trajectory_reward(trajectory: Trajectory, config: RewardConfig) -> float:
         reward = trajectory.episode_return
     else:
         reward = config.success_reward * float(bool(trajectory.success))
-    if config.invalid_action_penalty:
-        reward -= config.invalid_action_penalty * count_invalid_actions(trajectory)
-    if config.format_penalty:
-        reward -= config.format_penalty * sum(1 for ok in trajectory.format_valid if not ok)
-    return float(reward)
+    return float(reward - sum(turn_penalties(trajectory, config)))

@@ -1,4 +1,4 @@
-"""The text-env contract every orsd-gym environment follows (see DESIGN.md).
+"""The text-env contract every orsd-gym environment follows.
 
 `TextEnv` owns the parts of the contract that are the same for every env, so a concrete env
 only says what its tasks are, how a task starts and how one action plays out:
@@ -9,13 +9,16 @@ only says what its tasks are, how a task starts and how one action plays out:
 * ``step(action)`` accepts any string: non-strings and over-long strings become a defined
   outcome (invalid action / truncated text), never an exception;
 * every ``info`` carries ``task``, ``task_id``, ``won``, ``is_valid_action`` and
-  ``admissible_actions``.
+  ``admissible_actions``;
+* an env says how its tasks divide into training and held-out evaluation tasks
+  (`TextEnv.task_splits`) and names each task (`TextEnv.task_key`), so a trainer can prove
+  that it never evaluates on a task it trained on.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,8 +30,34 @@ MAX_OBSERVATION_CHARS = 32_768
 MAX_ACTION_CHARS = 2_048
 
 
+#: Info key an env sets (True) on a step whose observation states the episode's outcome (a
+#: score, "you won") although the episode goes on; rubric writers and verifiers never read it.
+#: The observation after the step that terminated an episode is hidden from them anyway.
+REVEALS_OUTCOME = "reveals_outcome"
+
+
 class TaskSelectionError(ValueError):
     """A reset asked for a task that does not exist (bad ``task_id`` or empty task list)."""
+
+
+class TaskSplitError(ValueError):
+    """Constructor arguments that would train on an env's held-out evaluation tasks."""
+
+
+@dataclass(frozen=True)
+class TaskSplits:
+    """Which constructor arguments select an env's training tasks and which its held-out ones.
+
+    The two sides are disjoint by construction (different games, goals or task ids), so
+    evaluating on ``held_out`` never measures a task that training on ``train`` saw.
+    """
+
+    #: Overrides of the configured constructor arguments that give the training tasks.
+    train: dict[str, Any]
+    #: Overrides that give the held-out evaluation tasks.
+    held_out: dict[str, Any]
+    #: One line for reports: how the two sides differ.
+    description: str
 
 
 @dataclass
@@ -89,6 +118,23 @@ class TextEnv(gym.Env[str, str], ABC):
     def admissible_actions(self) -> list[str]:
         """Legal actions in the current state, where the env knows them (else an empty list)."""
         return []
+
+    @classmethod
+    def task_splits(cls, kwargs: Mapping[str, Any]) -> TaskSplits | None:
+        """The training and held-out sides of this env's tasks, given configured constructor
+        arguments ``kwargs``; raises `TaskSplitError` when ``kwargs`` name a held-out side as
+        training data.
+
+        None (the default) means the env declares no partition: a trainer then holds out task
+        ids itself and says so in its report. Override it when the env has a natural split
+        (official train/test data, separate generator streams).
+        """
+        return None
+
+    def task_key(self, task_id: int) -> str:
+        """A name of task ``task_id`` that is the same in every instance and split holding that
+        task (a game file, a goal index), so overlap between task sets can be checked by name."""
+        return f"task-{task_id}"
 
     # ------------------------------------------------------------------ the contract
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):

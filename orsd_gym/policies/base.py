@@ -58,8 +58,18 @@ class Policy(Protocol):
     def tokenizer(self) -> Any:
         """A Hugging Face-style tokenizer (``encode``/``decode``/``apply_chat_template``)."""
 
-    def render_chat(self, messages: Sequence[dict[str, str]], *, add_generation_prompt: bool) -> list[int]:
-        """Token ids of ``messages`` rendered with the model's chat template."""
+    @property
+    def dtype(self) -> torch.dtype:
+        """The dtype the model computes in (float32 makes cached decoding and scoring agree)."""
+
+    def render_chat(
+        self, messages: Sequence[dict[str, str]], *, add_generation_prompt: bool, thinking: bool | None = None
+    ) -> list[int]:
+        """Token ids of ``messages`` rendered with the model's chat template.
+
+        ``thinking`` turns the template's reasoning switch (Qwen3's ``enable_thinking``) on or
+        off where it has one; None keeps the policy's own setting (what rollouts use).
+        """
 
     def generate(self, contexts: Sequence[Sequence[int]], params: SamplingParams) -> list[Completion]:
         """Sample one completion per context (batched)."""
@@ -91,6 +101,9 @@ class Policy(Protocol):
 
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
         """Parameters the optimiser updates (LoRA adapters only, when LoRA is on)."""
+
+    def set_training(self, mode: bool) -> None:
+        """Train mode (dropout on, e.g. LoRA's) for updates; eval mode for sampling and scoring."""
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Trainable weights (what a checkpoint must store to restore this policy)."""

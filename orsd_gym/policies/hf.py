@@ -151,6 +151,10 @@ class HFPolicy:
         return self._tokenizer
 
     @property
+    def dtype(self) -> torch.dtype:
+        return self._lm_head.weight.dtype
+
+    @property
     def vocab_size(self) -> int:
         return int(self._lm_head.weight.shape[0])
 
@@ -166,21 +170,29 @@ class HFPolicy:
             ids.update(int(i) for i in configured)
         return frozenset(ids)
 
-    def render_text(self, messages: Sequence[dict[str, str]], *, add_generation_prompt: bool) -> str:
-        """``messages`` rendered with the chat template, as text."""
+    def render_text(
+        self, messages: Sequence[dict[str, str]], *, add_generation_prompt: bool, thinking: bool | None = None
+    ) -> str:
+        """``messages`` rendered with the chat template, as text (``thinking``: see `render_chat`)."""
+        template_kwargs = dict(self.chat_template_kwargs)
+        if thinking is not None:
+            # Templates without the switch never read the variable, so passing it is harmless.
+            template_kwargs["enable_thinking"] = thinking
         return self._tokenizer.apply_chat_template(
             [dict(m) for m in messages],
             tokenize=False,
             add_generation_prompt=add_generation_prompt,
-            **self.chat_template_kwargs,
+            **template_kwargs,
         )
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text`` with no special tokens added (template text carries its own)."""
         return list(self._tokenizer.encode(text, add_special_tokens=False))
 
-    def render_chat(self, messages: Sequence[dict[str, str]], *, add_generation_prompt: bool) -> list[int]:
-        return self.encode(self.render_text(messages, add_generation_prompt=add_generation_prompt))
+    def render_chat(
+        self, messages: Sequence[dict[str, str]], *, add_generation_prompt: bool, thinking: bool | None = None
+    ) -> list[int]:
+        return self.encode(self.render_text(messages, add_generation_prompt=add_generation_prompt, thinking=thinking))
 
     def _check_tokens(self, sequences: Sequence[Sequence[int]], what: str) -> list[list[int]]:
         checked = []
@@ -489,6 +501,9 @@ class HFPolicy:
         if not Path(path).is_file():
             raise FileNotFoundError(f"no checkpoint at {path}")
         self.load_state_dict(load_file(str(path)))
+
+    def set_training(self, mode: bool) -> None:
+        self.model.train(mode)
 
     def freeze(self) -> HFPolicy:
         """Turn off gradients for every parameter and switch to eval mode (in place)."""

@@ -45,6 +45,7 @@ class TaskSpec:
 
 @dataclass
 class _Episode:
+    episode_id: int
     group_id: int
     seed: int
     task_id: int | None
@@ -136,9 +137,10 @@ def collect(
 
     ``env`` is an env id (``num_envs`` copies are made and closed here), a `gymnasium.Env`
     (copies are made from its spec) or a `VectorEnv` (used as is, one slot per sub-env).
-    ``layout="per_step"`` returns one Trajectory per step (``extra["step"]``), each a fresh prompt
-    of the task, the last ``history`` steps and the current observation; the episode's rewards,
-    actions and observations are repeated on every step sample.
+    ``layout="per_step"`` returns one Trajectory per step (``step`` = 0, 1, ...; all with the
+    episode's ``episode_id``), each a fresh prompt of the task, the last ``history`` steps and
+    the current observation; the episode's rewards, actions and observations are repeated on
+    every step sample.
 
     ``teacher`` (e.g. `expert_teacher` on an env made with ``expert=True``) replaces sampling:
     each model turn is the teacher's action for the latest info, tokenised and closed with the
@@ -161,7 +163,9 @@ def collect(
     stop = tuple(dict.fromkeys((*sampling.stop, *parser.stop)))
     token_budget = min(max_episode_tokens, getattr(policy, "max_positions", math.inf))
 
-    episodes = [_Episode(g, spec.seed, spec.task_id) for g, spec in enumerate(specs) for _ in range(group_size)]
+    episodes = [
+        _Episode(g * group_size + k, g, spec.seed, spec.task_id) for g, spec in enumerate(specs) for k in range(group_size)
+    ]
     if not episodes:
         return []
     slots = EnvSlots(env, min(num_envs or 16, len(episodes)))
@@ -288,8 +292,6 @@ def _to_trajectories(episode: _Episode, env_id: str, layout: str) -> list[Trajec
             "cut_by": episode.cut_by,
             "reused_prefix_tokens": episode.reused_tokens,
         }
-        if layout == "per_step":
-            extra["step"] = step
         out.append(
             Trajectory(
                 token_ids=list(sample.token_ids),
@@ -307,6 +309,8 @@ def _to_trajectories(episode: _Episode, env_id: str, layout: str) -> list[Trajec
                 task_id=int(episode.task_id if episode.task_id is not None else -1),
                 seed=episode.seed,
                 group_id=episode.group_id,
+                episode_id=episode.episode_id,
+                step=step if layout == "per_step" else None,
                 success=episode.won,
                 terminated=episode.terminated,
                 truncated=episode.truncated,

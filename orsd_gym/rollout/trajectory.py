@@ -27,7 +27,13 @@ class TurnSpan:
 
 @dataclass
 class Trajectory:
-    """One episode: tokens, masks, log-probs and what the env said, for one attempt at a task."""
+    """One training sample: tokens, masks, log-probs and what the env said, for one attempt at a task.
+
+    In the sequence layout a sample is a whole episode; in the per-step layout each step of an
+    episode is a sample (``step`` = 0, 1, ...) and all of them share ``episode_id`` and repeat
+    the episode's rewards, actions and observations. Per-episode statistics count
+    ``episode_id``s, never samples.
+    """
 
     token_ids: list[int]
     loss_mask: list[int]
@@ -50,6 +56,10 @@ class Trajectory:
     task_id: int
     seed: int
     group_id: int
+    #: The episode this sample belongs to (unique within one `collect` call).
+    episode_id: int
+    #: The step this sample is (per-step layout), None when the sample is the whole episode.
+    step: int | None = None
     success: bool = False
     terminated: bool = False
     truncated: bool = False
@@ -89,6 +99,17 @@ def load_jsonl(path: str | Path) -> list[Trajectory]:
     """Read trajectories written by `save_jsonl`."""
     with open(path, encoding="utf-8") as handle:
         return [Trajectory.from_dict(json.loads(line)) for line in handle if line.strip()]
+
+
+def episodes_of(trajectories: Sequence[Trajectory]) -> list[Trajectory]:
+    """One sample per episode (its first), in first-seen order: what per-episode statistics count."""
+    seen: set[int] = set()
+    firsts = []
+    for trajectory in trajectories:
+        if trajectory.episode_id not in seen:
+            seen.add(trajectory.episode_id)
+            firsts.append(trajectory)
+    return firsts
 
 
 def group_by(trajectories: Sequence[Trajectory]) -> dict[int, list[Trajectory]]:

@@ -3,7 +3,7 @@
 For every seed, each algorithm trains from the same initial weights (the model is loaded with
 that seed), on the same training tasks (drawn from ``(seed, iteration)`` only), with the same
 environment-interaction budget (iterations x tasks x group size, same turn limits) and is
-evaluated on the same held-out tasks. The report directory then gets ``report.md``,
+evaluated on the same held-out tasks (the task plan: `orsd_gym.train.plan`). The report directory then gets ``report.md``,
 ``results.json`` and PNG learning curves (see `orsd_gym.train.report`).
 """
 
@@ -28,6 +28,8 @@ class RunResult:
     #: Held-out evaluation points: iteration, env_steps, eval/* metrics.
     evals: list[dict]
     metrics: list[dict]
+    #: The run's task plan (``task_plan.json``: summary and task keys).
+    plan: dict
 
 
 def run_config(base: Config, algo: str, seed: int, out_dir: Path) -> Config:
@@ -70,7 +72,9 @@ def _read_run(algo: str, seed: int, run_dir: Path) -> RunResult:
     evals = read_metrics(run_dir / "eval.jsonl")
     # A resumed run may have re-evaluated an iteration: keep the last record per iteration.
     by_iteration = {int(record["iteration"]): record for record in evals}
-    return RunResult(algo, seed, run_dir, [by_iteration[k] for k in sorted(by_iteration)], read_metrics(run_dir / "metrics.jsonl"))
+    plan = json.loads((run_dir / "task_plan.json").read_text())
+    evals = [by_iteration[k] for k in sorted(by_iteration)]
+    return RunResult(algo, seed, run_dir, evals, read_metrics(run_dir / "metrics.jsonl"), plan)
 
 
 # --------------------------------------------------------------------------- CLI

@@ -122,9 +122,8 @@ class OptimConfig:
 @dataclass
 class TrainConfig:
     iterations: int = 10
+    #: Seeds the model, the training-task draws and all sampling (see `orsd_gym.train.plan`).
     seed: int = 0
-    #: Training tasks are drawn from seeds [0, num_train_seeds).
-    num_train_seeds: int = 10_000
     output_dir: str = "runs/default"
     checkpoint_every: int = 1
     keep_checkpoints: int = 3
@@ -143,13 +142,26 @@ class TrainConfig:
 class EvalConfig:
     #: Evaluate every N iterations (and before training and at the end); 0 disables.
     every: int = 5
+    #: Distinct evaluation tasks (see `allow_repeats`).
     num_tasks: int = 8
-    #: Held-out tasks are seeds [seed_base, seed_base + num_tasks): the same for every run.
+    #: "held_out": the env's held-out tasks, disjoint from training by construction (see
+    #: `orsd_gym.train.plan`); "training": evaluate on training tasks (the report says so).
+    tasks: Literal["held_out", "training"] = "held_out"
+    #: Let `num_tasks` exceed the distinct tasks available (tasks then repeat).
+    allow_repeats: bool = False
+    #: Draws the evaluation tasks and seeds their resets, independently of train.seed, so every
+    #: run is evaluated on the same tasks.
     seed_base: int = 1_000_000
-    #: Overrides of env.kwargs for evaluation (e.g. another split).
+    #: Overrides of the evaluation side's env kwargs (e.g. ``{split: valid_unseen}``); nested
+    #: mappings merge key by key.
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     temperature: float = 0.0
     group_size: int = 1
+
+    def __post_init__(self) -> None:
+        if self.every < 0 or self.num_tasks < 0:
+            raise ValueError(f"every and num_tasks must be >= 0, got {self.every}, {self.num_tasks}")
+        _require_at_least_one(self, "group_size")
 
 
 @dataclass

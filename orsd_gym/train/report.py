@@ -98,7 +98,29 @@ def summarise(results: list[Any]) -> dict[str, Any]:
             entry[f"final_{label}_diff"] = mean_ci(diffs).as_dict()
             entry[f"final_{label}_diffs"] = diffs
         paired[f"{algo} - {baseline}"] = entry
-    return {"algos": algos, "table": table, "paired": paired, "runs": per_run}
+    return {"algos": algos, "table": table, "paired": paired, "runs": per_run, "tasks": task_summary(results)}
+
+
+def task_summary(results: list[Any]) -> dict[str, Any]:
+    """What the runs' task plans say about held-out evaluation, over every run together: the
+    evaluation tasks, and how many of them any run trained on (0 unless evaluation on training
+    tasks was asked for)."""
+    plans = [r.plan for r in results]
+    if not plans:
+        return {}
+    eval_keys = {key for plan in plans for key in plan["keys"]["eval"]}
+    trained = {key for plan in plans for kind in ("train", "warm_start") for key in plan["keys"][kind]}
+    first = plans[0]["summary"]
+    return {
+        "partition": first["partition"],
+        "eval_on": first["eval_on"],
+        "eval_kwargs": first["eval_kwargs"],
+        "eval_tasks": first["eval_tasks"],
+        "eval_distinct": len(eval_keys),
+        "train_distinct": len(trained),
+        "eval_train_overlap": len(eval_keys & trained),
+        "warnings": sorted({w for plan in plans for w in plan["summary"]["warnings"]}),
+    }
 
 
 def _mean_metric(metrics: list[dict], key: str) -> float | None:
@@ -187,8 +209,7 @@ def write_report(out_dir: str | Path, base_config: Any, results: list[Any]) -> P
         f"- env: `{cfg['env']['id']}` kwargs `{json.dumps(cfg['env']['kwargs'])}`",
         f"- seeds: {seeds}; per run {cfg['train']['iterations']} iterations x {cfg['rollout']['tasks_per_iteration']} tasks "
         f"x group {cfg['rollout']['group_size']} = {budget} training episodes (max {cfg['rollout']['max_turns']} turns each)",
-        f"- held-out evaluation: {cfg['eval']['num_tasks']} fixed tasks (seeds from {cfg['eval']['seed_base']}), "
-        f"temperature {cfg['eval']['temperature']}, every {cfg['eval']['every']} iterations",
+        *_task_lines(summary["tasks"], cfg),
         "",
         "## Held-out results (mean ± 95% CI across seeds)",
         "",
@@ -221,6 +242,21 @@ def write_report(out_dir: str | Path, base_config: Any, results: list[Any]) -> P
     report = out_dir / "report.md"
     report.write_text("\n".join(lines), encoding="utf-8")
     return report
+
+
+def _task_lines(tasks: dict[str, Any], cfg: dict[str, Any]) -> list[str]:
+    """The report's statement of what was evaluated and whether it was held out."""
+    if not tasks:
+        return []
+    held_out = "held-out" if tasks["eval_on"] == "held_out" else "training (not held out)"
+    lines = [
+        f"- evaluation: {tasks['eval_tasks']} {held_out} tasks ({tasks['eval_distinct']} distinct), env kwargs "
+        f"`{json.dumps(tasks['eval_kwargs'])}`, temperature {cfg['eval']['temperature']}, every "
+        f"{cfg['eval']['every']} iterations",
+        f"- train/eval partition: {tasks['partition']}; evaluation tasks that any run trained on: "
+        f"{tasks['eval_train_overlap']} (of {tasks['train_distinct']} distinct training tasks)",
+    ]
+    return lines + [f"- **warning**: {warning}" for warning in tasks["warnings"]]
 
 
 def print_summary(report: Path, console: Any) -> None:

@@ -1,9 +1,11 @@
 """The training loop: sample tasks -> rollouts (groups) -> advantages -> updates -> eval -> log.
 
-Everything an iteration depends on is derived from ``(train.seed, iteration)``: which tasks
-are drawn, the sampling noise of the rollouts, the algorithm's own randomness. A resumed run
-therefore replays exactly what the uninterrupted run would have done, and two algorithms run
-with the same seed see the same training tasks and the same held-out evaluation tasks.
+Which tasks are trained on, evaluated on and cloned from is the run's task plan
+(`orsd_gym.train.plan`: evaluation held out by construction), written to ``task_plan.json``.
+Everything else an iteration depends on is derived from ``(train.seed, iteration)``: the
+sampling noise of the rollouts, the algorithm's own randomness. A resumed run therefore replays
+exactly what the uninterrupted run would have done, and two algorithms run with the same seed
+see the same training tasks and the same held-out evaluation tasks.
 """
 
 from __future__ import annotations
@@ -31,27 +33,17 @@ from orsd_gym.train.checkpoint import (
 from orsd_gym.train.config import Config, validate_algo
 from orsd_gym.train.console import LiveView
 from orsd_gym.train.metrics import MetricsWriter
+from orsd_gym.train.plan import PlannedTask, build_task_plan
 from orsd_gym.train.stats import rollout_stats
 
-# Disjoint streams of per-iteration randomness (seed sequences are keyed by these tags).
-_TASKS, _ROLLOUT, _ALGO, _EVAL, _UPDATE = 0, 1, 2, 3, 4
+# Disjoint streams of per-iteration randomness (seed sequences are keyed by these tags; 0 draws
+# the iteration's training tasks in `orsd_gym.train.plan`).
+_ROLLOUT, _ALGO, _EVAL, _UPDATE = 1, 2, 3, 4
 
 
 def iteration_seed(base_seed: int, iteration: int, stream: int) -> int:
     """A 31-bit seed for one stream of one iteration, independent across streams."""
     return int(np.random.SeedSequence([base_seed, iteration, stream]).generate_state(1)[0] & 0x7FFFFFFF)
-
-
-def training_task_seeds(config: Config, iteration: int) -> list[int]:
-    """The env seeds (= tasks) of one training iteration; identical for every algorithm."""
-    rng = np.random.default_rng(np.random.SeedSequence([config.train.seed, iteration, _TASKS]))
-    n = config.rollout.tasks_per_iteration
-    return [int(s) for s in rng.choice(config.train.num_train_seeds, size=n, replace=n > config.train.num_train_seeds)]
-
-
-def eval_task_seeds(config: Config) -> list[int]:
-    """The fixed held-out task seeds (independent of the training seed)."""
-    return list(range(config.eval.seed_base, config.eval.seed_base + config.eval.num_tasks))
 
 
 @dataclass
@@ -68,6 +60,8 @@ class Trainer:
     def __init__(self, config: Config, *, resume: bool = False, live: bool | None = None) -> None:
         self.config = config
         self.algo_config = validate_algo(config)
+        #: The tasks this run plays; built (and checked) before any model or engine loads.
+        self.plan = build_task_plan(config)
         self.output_dir = Path(config.train.output_dir)
         self.resume = resume
         self.live = config.logging.live if live is None else live
@@ -121,7 +115,7 @@ class Trainer:
             self.policy.load_state_dict(load_file(path))
         if cfg.warm_start.episodes > 0:
             path = Path(cfg.warm_start.path) if cfg.warm_start.path else self.output_dir / "warm_start.safetensors"
-            return ensure_warm_start(cfg, self.policy, path)
+            return ensure_warm_start(cfg, self.plan, self.policy, path)
         return None
 
     def _load_policy(self):
@@ -142,7 +136,7 @@ class Trainer:
         import orsd_gym  # noqa: F401  (registers envs)
 
         cfg = self.config.env
-        kwargs = dict(cfg.kwargs, **env_kwargs)
+        kwargs = dict(env_kwargs)
         if cfg.max_episode_steps is not None:
             kwargs["max_episode_steps"] = cfg.max_episode_steps
         n = cfg.num_envs or episodes
@@ -152,19 +146,20 @@ class Trainer:
 
     @property
     def env(self):
+        """The training side's envs."""
         if self._env is None:
-            rollout, evaluation = self.config.rollout, self.config.eval
-            episodes = max(rollout.tasks_per_iteration * rollout.group_size, evaluation.num_tasks * evaluation.group_size)
-            self._env = self._make_env({}, episodes)
+            rollout = self.config.rollout
+            self._env = self._make_env(self.plan.train_kwargs, rollout.tasks_per_iteration * rollout.group_size)
         return self._env
 
     @property
     def eval_env(self):
-        if not self.config.eval.env_kwargs:
+        """The evaluation side's envs (the training envs when both sides are one env)."""
+        if self.plan.eval_kwargs == self.plan.train_kwargs:
             return self.env
         if self._eval_env is None:
             evaluation = self.config.eval
-            self._eval_env = self._make_env(evaluation.env_kwargs, evaluation.num_tasks * evaluation.group_size)
+            self._eval_env = self._make_env(self.plan.eval_kwargs, evaluation.num_tasks * evaluation.group_size)
         return self._eval_env
 
     # ------------------------------------------------------------------ resume
@@ -216,6 +211,8 @@ class Trainer:
         self._setup_torch()
         self.output_dir.mkdir(parents=True, exist_ok=True)
         (self.output_dir / "config.yaml").write_text(yaml.safe_dump(configio.to_dict(cfg), sort_keys=False))
+        plan = {"summary": self.plan.summary(), "keys": self.plan.keys()}
+        (self.output_dir / "task_plan.json").write_text(json.dumps(plan, indent=1))
         self._build()
         self.env_steps = 0
         self.resumed_from = None
@@ -247,7 +244,7 @@ class Trainer:
             self._close_envs()
         return RunSummary(self.output_dir, cfg.train.iterations, final_eval, self.resumed_from)
 
-    def _collect(self, env, seeds: list[int], group_size: int, temperature: float, seed: int):
+    def _collect(self, env, tasks: list[PlannedTask], group_size: int, temperature: float, seed: int):
         from orsd_gym.policies.base import SamplingParams
         from orsd_gym.rollout.collector import collect
 
@@ -256,7 +253,7 @@ class Trainer:
         return collect(
             env,
             self.policy,
-            seeds,
+            [task.spec for task in tasks],
             group_size=group_size,
             sampling=sampling,
             max_turns=cfg.max_turns,
@@ -271,9 +268,8 @@ class Trainer:
         record: dict[str, Any] = {"iteration": iteration + 1}
         view.phase(f"rollout {iteration + 1}")
         started = time.perf_counter()
-        seeds = training_task_seeds(cfg, iteration)
         trajectories = self._collect(
-            self.env, seeds, cfg.rollout.group_size, cfg.rollout.temperature, iteration_seed(cfg.train.seed, iteration, _ROLLOUT)
+            self.env, self.plan.train[iteration], cfg.rollout.group_size, cfg.rollout.temperature, iteration_seed(cfg.train.seed, iteration, _ROLLOUT)
         )
         record["time/rollout"] = time.perf_counter() - started
         stats = rollout_stats(trajectories)
@@ -297,6 +293,15 @@ class Trainer:
         return record
 
     def _update(self, batch, iteration: int) -> dict[str, float]:
+        # Train mode (dropout, e.g. model.lora.dropout) for the update only: rollouts, scoring
+        # and ORSD's replay run in eval mode.
+        self.policy.set_training(True)
+        try:
+            return self._optimise(batch, iteration)
+        finally:
+            self.policy.set_training(False)
+
+    def _optimise(self, batch, iteration: int) -> dict[str, float]:
         cfg = self.config.optim
         n = len(batch.trajectories)
         sums: dict[str, float] = {}
@@ -330,7 +335,7 @@ class Trainer:
         with torch.no_grad():
             trajectories = self._collect(
                 self.eval_env,
-                eval_task_seeds(cfg),
+                self.plan.eval,
                 cfg.eval.group_size,
                 cfg.eval.temperature,
                 iteration_seed(cfg.train.seed, iteration, _EVAL),

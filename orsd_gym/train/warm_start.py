@@ -20,23 +20,18 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from orsd_gym.train.config import Config
+from orsd_gym.train.plan import TaskPlan, merge_kwargs
 
 
-def demonstration_seeds(config: Config) -> list[int]:
-    """Training-task seeds of the demonstrations (fixed by ``train.seed``)."""
-    rng = np.random.default_rng(np.random.SeedSequence([config.train.seed, 0xBC]))
-    n = config.warm_start.episodes
-    return [int(s) for s in rng.choice(config.train.num_train_seeds, size=n, replace=n > config.train.num_train_seeds)]
-
-
-def collect_demonstrations(config: Config, policy: Any) -> list:
-    """Expert episodes on training tasks, laid out exactly like the policy's rollouts."""
+def collect_demonstrations(config: Config, plan: TaskPlan, policy: Any) -> list:
+    """Expert episodes on the plan's warm-start tasks (training tasks only), laid out exactly
+    like the policy's rollouts."""
     import gymnasium as gym
 
     import orsd_gym  # noqa: F401
     from orsd_gym.rollout.collector import collect, expert_teacher
 
-    kwargs = dict(config.env.kwargs, **config.warm_start.env_kwargs)
+    kwargs = merge_kwargs(plan.train_kwargs, config.warm_start.env_kwargs)
     if config.env.max_episode_steps is not None:
         kwargs["max_episode_steps"] = config.env.max_episode_steps
     env = gym.make(config.env.id, **kwargs)
@@ -44,7 +39,7 @@ def collect_demonstrations(config: Config, policy: Any) -> list:
         return collect(
             env,
             policy,
-            demonstration_seeds(config),
+            [task.spec for task in plan.warm_start],
             group_size=1,
             max_turns=config.rollout.max_turns,
             max_episode_tokens=config.rollout.max_episode_tokens,
@@ -65,21 +60,12 @@ def clone(policy: Any, demonstrations: list, config: Config) -> dict[str, float]
     optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=ws.lr, weight_decay=0.0)
     rng = np.random.default_rng(np.random.SeedSequence([config.train.seed, 0xBC, 1]))
     losses = []
-    for _ in range(ws.epochs):
-        order = rng.permutation(len(demos))
-        epoch_loss, epoch_tokens = 0.0, 0
-        for start in range(0, len(demos), ws.batch_size):
-            batch = [demos[i] for i in order[start : start + ws.batch_size]]
-            tokens = sum(sum(d.loss_mask) for d in batch)
-            optimizer.zero_grad(set_to_none=True)
-            logprobs = policy.score([d.token_ids for d in batch], [d.loss_mask for d in batch], with_grad=True)
-            loss = -sum((lp * torch.tensor(d.loss_mask, dtype=lp.dtype)).sum() for lp, d in zip(logprobs, batch)) / tokens
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(policy.trainable_parameters(), config.optim.grad_clip or float("inf"))
-            optimizer.step()
-            epoch_loss += loss.item() * tokens
-            epoch_tokens += tokens
-        losses.append(epoch_loss / epoch_tokens)
+    policy.set_training(True)
+    try:
+        for _ in range(ws.epochs):
+            losses.append(_clone_epoch(policy, demos, optimizer, rng, config))
+    finally:
+        policy.set_training(False)
     return {
         "warm_start/demos": float(len(demos)),
         "warm_start/expert_success": len(demos) / len(demonstrations),
@@ -88,7 +74,26 @@ def clone(policy: Any, demonstrations: list, config: Config) -> dict[str, float]
     }
 
 
-def ensure_warm_start(config: Config, policy: Any, path: str | Path) -> dict[str, float] | None:
+def _clone_epoch(policy: Any, demos: list, optimizer: torch.optim.Optimizer, rng: np.random.Generator,
+                 config: Config) -> float:
+    """One pass over the demonstrations; returns the mean NLL per cloned token."""
+    order = rng.permutation(len(demos))
+    epoch_loss, epoch_tokens = 0.0, 0
+    for start in range(0, len(demos), config.warm_start.batch_size):
+        batch = [demos[i] for i in order[start : start + config.warm_start.batch_size]]
+        tokens = sum(sum(d.loss_mask) for d in batch)
+        optimizer.zero_grad(set_to_none=True)
+        logprobs = policy.score([d.token_ids for d in batch], [d.loss_mask for d in batch], with_grad=True)
+        loss = -sum((lp * torch.tensor(d.loss_mask, dtype=lp.dtype)).sum() for lp, d in zip(logprobs, batch)) / tokens
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(policy.trainable_parameters(), config.optim.grad_clip or float("inf"))
+        optimizer.step()
+        epoch_loss += loss.item() * tokens
+        epoch_tokens += tokens
+    return epoch_loss / epoch_tokens
+
+
+def ensure_warm_start(config: Config, plan: TaskPlan, policy: Any, path: str | Path) -> dict[str, float] | None:
     """Load the warm-start weights from ``path`` if they exist, else make and save them.
 
     Returns the cloning metrics when it cloned, None when it loaded. The file is written
@@ -99,7 +104,7 @@ def ensure_warm_start(config: Config, policy: Any, path: str | Path) -> dict[str
         policy.load_state_dict(load_file(path))
         return None
     started = time.perf_counter()
-    metrics = clone(policy, collect_demonstrations(config, policy), config)
+    metrics = clone(policy, collect_demonstrations(config, plan, policy), config)
     metrics["warm_start/time"] = time.perf_counter() - started
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.tmp-{os.getpid()}")

@@ -8,7 +8,7 @@ gets no rubric: GRPO gives it zero advantage and there is nothing to align a rub
 2. verify   every attempt against every criterion with the frozen verifier; a bundle's score
             for an attempt is the mean over its criteria;
 3. select   the bundle whose scores have the highest Spearman correlation with the rewards
-            (or a random one: the ablation); none below ``min_corr``;
+            (or a random one: the ablation); none unless it is above ``min_corr``;
 4. replay   the sampled tokens with the selected rubric in the prompt (one scoring pass);
 5. shape    A_t = A_GRPO + beta * clip(delta_t, -c, c).
 
@@ -32,7 +32,7 @@ import torch
 
 from orsd_gym.algos.base import PreparedBatch, register_algorithm
 from orsd_gym.algos.grpo import GRPO, GRPOConfig, episode_groups
-from orsd_gym.algos.orsd.replay import DEFAULT_RUBRIC_TEMPLATE, Placement, replay_deltas
+from orsd_gym.algos.orsd.replay import DEFAULT_RUBRIC_TEMPLATE, DeltaBaseline, Placement, replay_deltas
 from orsd_gym.algos.orsd.rubrics import (
     DEFAULT_OFFLINE_PROPOSAL_TEMPLATE,
     DEFAULT_PROPOSAL_SYSTEM,
@@ -81,6 +81,7 @@ class ORSDConfig(GRPOConfig):
     verifier_template: str = DEFAULT_VERIFIER_TEMPLATE
     #: Verifier contexts per `next_token_logprobs` call.
     verifier_chunk_size: int = 64
+    #: A bundle is selected only if its correlation is above this (strictly).
     min_corr: float = 0.0
     selection: Literal["reward", "random"] = "reward"
     rubric_mode: Literal["online", "offline"] = "online"
@@ -90,6 +91,10 @@ class ORSDConfig(GRPOConfig):
     beta: float = 0.1
     delta_clip: float = 1.0
     center_delta: bool = False
+    #: Where delta's "without rubric" log-probs come from: "rollout" (the sampling log-probs,
+    #: no extra pass), "rescore" (a second scoring pass, the same kind as the "with" side), or
+    #: "auto": rescore unless the policy runs in float32, where the two agree to ~1e-4.
+    delta_baseline: DeltaBaseline | Literal["auto"] = "auto"
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -200,6 +205,7 @@ class ORSD(GRPO):
                 temperature=cfg.temperature,
                 placement=cfg.rubric_placement,
                 template=cfg.rubric_template,
+                baseline=self.delta_baseline(policy),
             )
             for i, delta in zip(replay_indices, replayed):
                 deltas[i] = delta
@@ -223,6 +229,12 @@ class ORSD(GRPO):
         batch.metrics.update(self._metrics(groups, active, deltas, trajs))
         batch.metrics.update(times)
         return batch
+
+    def delta_baseline(self, policy: Policy) -> DeltaBaseline:
+        """The "without rubric" side of delta for ``policy`` (resolves ``auto``)."""
+        if self.config.delta_baseline != "auto":
+            return self.config.delta_baseline
+        return "rollout" if policy.dtype == torch.float32 else "rescore"
 
     def _verifier_for(self, policy: Policy) -> Verifier:
         if self._verifier is None:
@@ -272,7 +284,9 @@ class ORSD(GRPO):
             group.bundles = [p for p in parsed if p]
             group.malformed = sum(1 for p in parsed if not p)
             group.malformed_texts = [text[:300] for text, p in zip(texts, parsed) if not p]
-            if cfg.rubric_mode == "offline":
+            if cfg.rubric_mode == "offline" and group.bundles:
+                # Only usable bundles are kept: a task whose proposals all failed to parse is
+                # proposed for again the next time it comes up.
                 self.offline_bundles[group.task_key] = [list(b) for b in group.bundles]
         if cfg.rubric_mode == "offline":
             for group in groups:
@@ -293,7 +307,8 @@ class ORSD(GRPO):
                 max_obs_chars=cfg.attempt_max_obs_chars,
                 max_steps=max_steps,
             )
-            context = policy.render_chat(messages, add_generation_prompt=True)
+            # A proposal is read as a list of criteria; with thinking on its token budget would go to reasoning.
+            context = policy.render_chat(messages, add_generation_prompt=True, thinking=False)
             if len(context) <= cfg.proposal_max_context_tokens or max_steps == 1:
                 return context
             max_steps = max(1, max_steps // 2)
@@ -337,7 +352,7 @@ class ORSD(GRPO):
             if all(c is None for c in group.correlations):
                 group.reason = "no bundle's scores vary across attempts"
             else:
-                group.reason = f"best correlation below min_corr={cfg.min_corr}"
+                group.reason = f"best correlation not above min_corr={cfg.min_corr}"
 
     # ------------------------------------------------------------------ records
 

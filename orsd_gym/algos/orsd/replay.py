@@ -4,10 +4,15 @@ The trajectory's prompt span is re-rendered from `Trajectory.prompt_messages` wi
 inserted (into the system message or the first user message, by a template); everything after
 the prompt span (model turns, env observations, template bridges) is appended unchanged and
 the whole sequence is scored once by the *same* weights that sampled it, at the sampling
-temperature. The "without rubric" log-probs are the rollout-time ones stored in the
-Trajectory, so ORSD costs one scoring pass, not two:
+temperature:
 
-    delta_t = log p(y_t | rubric, prefix) - log p_rollout(y_t | prefix)   on mask-1 tokens, 0 elsewhere
+    delta_t = log p(y_t | rubric, prefix) - log p(y_t | prefix)   on mask-1 tokens, 0 elsewhere
+
+The "without rubric" side (``baseline``) is either the rollout-time log-probs stored in the
+Trajectory ("rollout": one scoring pass) or a second scoring pass of the original sequence
+("rescore"). In float32 the two agree to ~1e-4; in bf16/fp16, cached incremental decoding and
+one full forward differ by ~1e-3 to 1e-2 per token, the size of a typical delta, so the two
+sides of the difference must come from the same kind of pass.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from orsd_gym.policies.base import Policy
 from orsd_gym.rollout.trajectory import Trajectory
 
 Placement = Literal["system", "user"]
+DeltaBaseline = Literal["rollout", "rescore"]
 
 DEFAULT_RUBRIC_TEMPLATE = "Guidance for this task. A good attempt satisfies these criteria:\n{rubric}"
 
@@ -91,14 +97,17 @@ def replay_deltas(
     temperature: float = 1.0,
     placement: Placement = "system",
     template: str = DEFAULT_RUBRIC_TEMPLATE,
+    baseline: DeltaBaseline = "rollout",
     force_score: bool = False,
 ) -> list[torch.Tensor]:
     """delta per token of each trajectory (float32, full length, 0 on mask-0 tokens).
 
     A trajectory whose privileged prompt renders to exactly its original prompt (empty rubric)
     has the same context under the same weights, so its delta is exactly 0 and it is not
-    scored; ``force_score`` scores it anyway (a check that scoring reproduces the rollout).
+    scored; ``force_score`` scores it anyway (a check that scoring reproduces the baseline).
     """
+    if baseline not in ("rollout", "rescore"):
+        raise ValueError(f"delta baseline must be 'rollout' or 'rescore', got {baseline!r}")
     if len(trajectories) != len(rubrics):
         raise ValueError(f"{len(trajectories)} trajectories but {len(rubrics)} rubrics")
     deltas = [torch.zeros(len(t.token_ids), dtype=torch.float32) for t in trajectories]
@@ -120,10 +129,18 @@ def replay_deltas(
         return deltas
     with torch.no_grad():
         scored = policy.score(sequences, masks, temperature=temperature)
-    for (index, end, new_end), with_rubric in zip(plan, scored):
+        if baseline == "rescore":
+            originals = [trajectories[index] for index, _, _ in plan]
+            rescored = policy.score(
+                [t.token_ids for t in originals], [t.loss_mask for t in originals], temperature=temperature
+            )
+    for k, ((index, end, new_end), with_rubric) in enumerate(zip(plan, scored)):
         trajectory = trajectories[index]
         mask = torch.as_tensor(trajectory.loss_mask[end:], dtype=torch.float32)
-        old = torch.as_tensor(trajectory.logprobs[end:], dtype=torch.float32)
+        if baseline == "rescore":
+            old = rescored[k][end:].detach().float().cpu()
+        else:
+            old = torch.as_tensor(trajectory.logprobs[end:], dtype=torch.float32)
         new = with_rubric[new_end:].detach().float().cpu()
         deltas[index][end:] = (new - old) * mask
     return deltas

@@ -1,8 +1,9 @@
 """Rubric proposal prompts and robust parsing of the bundles a model writes.
 
 The proposer sees the task and the group's attempts rendered compactly (actions and short
-observations). It never sees rewards or success flags: the rubric must be a hypothesis about
-*process*, and the outcome is only used afterwards to select among hypotheses.
+observations). It never sees rewards, success flags or an observation that states the outcome
+(see `render_attempt`): the rubric must be a hypothesis about *process*, and the outcome is only
+used afterwards to select among hypotheses.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from orsd_gym.envs.base import REVEALS_OUTCOME
 from orsd_gym.rollout.trajectory import Trajectory
 
 DEFAULT_PROPOSAL_SYSTEM = "You are an expert reviewer of how agents solve text-based tasks."
@@ -90,10 +92,20 @@ def _clean(item: str) -> str:
 
 
 def render_attempt(trajectory: Trajectory, *, max_obs_chars: int = 160, max_steps: int = 30) -> str:
-    """An attempt as alternating actions and (shortened) observations, without any outcome signal."""
+    """An attempt as alternating actions and (shortened) observations, without the outcome.
+
+    The observation after the last action is never shown, whether the episode terminated
+    there ("Correct!", WebShop's score page) or was cut by a budget: hiding it only when the
+    episode terminated would itself tell which attempts ended by reaching the goal. An
+    observation the env marked with ``info[REVEALS_OUTCOME]`` is replaced by a placeholder.
+    """
     if max_steps < 1:
         raise ValueError(f"max_steps must be >= 1, got {max_steps}")
-    steps = list(zip(trajectory.actions, trajectory.observations[1:]))
+    last = len(trajectory.actions)
+    steps = [
+        (action, _judgeable_observation(trajectory, number, last))
+        for number, action in enumerate(trajectory.actions, start=1)
+    ]
     # Long episodes keep their beginning and their end (where they succeed or stall).
     head = (max_steps + 1) // 2
     tail = max_steps - head
@@ -107,10 +119,19 @@ def render_attempt(trajectory: Trajectory, *, max_obs_chars: int = 160, max_step
             continue
         number, (action, observation) = item
         lines.append(f"  {number}. > {_one_line(action, 120)}")
-        lines.append(f"     {_one_line(observation, max_obs_chars)}")
+        if observation is not None:
+            lines.append(f"     {_one_line(observation, max_obs_chars)}")
     if not steps:
         lines.append("  (no actions)")
     return "\n".join(lines)
+
+
+def _judgeable_observation(trajectory: Trajectory, number: int, last: int) -> str | None:
+    """What a judge may read of the observation after action ``number`` (None: nothing)."""
+    if number == last or number >= len(trajectory.observations):
+        return None
+    info = trajectory.infos[number] if number < len(trajectory.infos) else {}
+    return "(observation hidden: it states the outcome)" if info.get(REVEALS_OUTCOME) else trajectory.observations[number]
 
 
 def _one_line(text: str, limit: int) -> str:

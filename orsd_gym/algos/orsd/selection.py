@@ -57,14 +57,15 @@ def select_bundle(scores: Sequence[Sequence[float]], rewards: Sequence[float], m
     """Index of the bundle best aligned with the rewards, or None for "no rubric".
 
     None when all rewards are equal, when no bundle's scores vary across attempts, or when the
-    best correlation is below ``min_corr``. Ties between bundles go to the lowest index.
+    best correlation is not above ``min_corr`` (a correlation of exactly ``min_corr``, e.g. 0, is
+    no evidence of alignment). Ties between bundles go to the lowest index.
     """
     correlations = bundle_correlations(scores, rewards)
     best, best_corr = None, -np.inf
     for index, corr in enumerate(correlations):
         if corr is not None and corr > best_corr:
             best, best_corr = index, corr
-    if best is None or best_corr < min_corr:
+    if best is None or best_corr <= min_corr:
         return None
     return best
 

@@ -28,8 +28,10 @@ DEFAULT_VERIFIER_TEMPLATE = (
     "Criterion: {criterion}\n\nDoes the attempt satisfy the criterion? Answer Yes or No."
 )
 
-YES_FORMS = ("Yes", "yes", " Yes", " yes", "YES")
-NO_FORMS = ("No", "no", " No", " no", "NO")
+#: Surface forms of the two answers, in pairs: a pair counts only when both of its forms are
+#: single tokens, so neither answer gets surface forms the other lacks (with SmolLM2's
+#: tokenizer "YES" is two tokens while "NO" is one; keeping "NO" alone would tilt every score).
+ANSWER_PAIRS = (("Yes", "No"), ("yes", "no"), (" Yes", " No"), (" yes", " no"), ("YES", "NO"))
 
 
 class VerifierError(RuntimeError):
@@ -45,14 +47,19 @@ class Judgement:
     criterion: str
 
 
-def answer_token_ids(tokenizer, forms: Sequence[str]) -> list[int]:
-    """Ids of the surface forms that are a single token for ``tokenizer`` (deduplicated, in order)."""
-    ids: list[int] = []
-    for form in forms:
-        encoded = tokenizer.encode(form, add_special_tokens=False)
-        if len(encoded) == 1 and encoded[0] not in ids:
-            ids.append(int(encoded[0]))
-    return ids
+def answer_token_ids(tokenizer, pairs: Sequence[tuple[str, str]] = ANSWER_PAIRS) -> tuple[list[int], list[int]]:
+    """Yes ids and no ids of the answer pairs whose two forms are both single tokens for
+    ``tokenizer`` (deduplicated, in order)."""
+    yes_ids: list[int] = []
+    no_ids: list[int] = []
+    for yes_form, no_form in pairs:
+        yes = tokenizer.encode(yes_form, add_special_tokens=False)
+        no = tokenizer.encode(no_form, add_special_tokens=False)
+        if len(yes) != 1 or len(no) != 1 or yes[0] in yes_ids or no[0] in no_ids:
+            continue
+        yes_ids.append(int(yes[0]))
+        no_ids.append(int(no[0]))
+    return yes_ids, no_ids
 
 
 class Verifier:
@@ -76,8 +83,7 @@ class Verifier:
         self.system = system
         self.template = template
         self.chunk_size = chunk_size
-        self.yes_ids = answer_token_ids(policy.tokenizer, YES_FORMS)
-        self.no_ids = answer_token_ids(policy.tokenizer, NO_FORMS)
+        self.yes_ids, self.no_ids = answer_token_ids(policy.tokenizer)
         if not self.yes_ids or not self.no_ids or set(self.yes_ids) & set(self.no_ids):
             raise VerifierError(
                 "the verifier's tokenizer has no single-token 'Yes'/'No' answers "
@@ -94,7 +100,9 @@ class Verifier:
         messages = ([{"role": "system", "content": self.system}] if self.system else []) + [
             {"role": "user", "content": user}
         ]
-        return self.policy.render_chat(messages, add_generation_prompt=True)
+        # P("yes") is read right after the generation prompt: with thinking on, a reasoning
+        # template would put "<think>" there instead of an answer.
+        return self.policy.render_chat(messages, add_generation_prompt=True, thinking=False)
 
     def score(self, judgements: Sequence[Judgement]) -> np.ndarray:
         """Score of every judgement, in order (float64 in [0, 1])."""

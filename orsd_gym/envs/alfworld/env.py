@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from orsd_gym.envs.alfworld.engine import EngineState, PddlGameEngine
@@ -13,9 +13,12 @@ from orsd_gym.envs.alfworld.pool import GeneratedTaskPool
 from orsd_gym.envs.alfworld.tasks import ALFWorldTask, normalize_task_types
 from orsd_gym.envs.alfworld.text import clean_observation
 from orsd_gym.envs.alfworld.worker import RecyclingEngine
-from orsd_gym.envs.base import StepOutcome, TextEnv
+from orsd_gym.envs.base import StepOutcome, TaskSplitError, TaskSplits, TextEnv
 
-SPLITS = ("generated", *OFFICIAL_SPLITS)
+GENERATED_SPLITS = ("generated", "generated_eval")
+SPLITS = (*GENERATED_SPLITS, *OFFICIAL_SPLITS)
+#: The held-out side of each split a trainer may train on.
+_HELD_OUT_SPLIT = {"generated": "generated_eval", "train": "valid_seen"}
 
 
 class UnknownSplitError(ValueError):
@@ -26,14 +29,15 @@ class ALFWorldEnv(TextEnv):
     """ALFWorld household tasks played on TextWorld's PDDL engine (Fast Downward inside).
 
     Args:
-        split: "generated" (procedural tasks from the wheel's data, the default) or an official
-            split ("train", "valid_seen", "valid_unseen") read from ``data_dir``.
+        split: "generated" (procedural tasks from the wheel's data in the training floor plans,
+            the default), "generated_eval" (the same generator in the held-out floor plans) or an
+            official split ("train", "valid_seen", "valid_unseen") read from ``data_dir``.
         data_dir: root of the official data (default ``$ALFWORLD_DATA``).
         task_types: subset of the six task types (default all).
         expert: put the planner's plan from the current state in ``info["expert_actions"]``
             (the planner replans every step: for tests, debugging and behaviour cloning).
         raw: keep the engine's text as is (welcome banner, "You arrive at loc N. ").
-        generator: `GeneratorConfig` or dict of its fields (generated split only).
+        generator: `GeneratorConfig` or dict of its fields (generated splits only).
         cache_dir: where generated games are cached (default ``$ORSD_GYM_CACHE`` or
             ``~/.cache/orsd_gym``).
         recycle_after: play in a child process replaced every this many new-game loads, so
@@ -60,12 +64,14 @@ class ALFWorldEnv(TextEnv):
         self.task_types = normalize_task_types(task_types)
         self.expert = bool(expert)
         self.raw = bool(raw)
-        if split == "generated":
+        if split in GENERATED_SPLITS:
             self.generator = GeneratorConfig.from_value(generator)
-            self._tasks: Sequence[ALFWorldTask] = GeneratedTaskPool(self.generator, self.task_types, cache_dir)
+            self._tasks: Sequence[ALFWorldTask] = GeneratedTaskPool(
+                self.generator, self.task_types, cache_dir, held_out=split == "generated_eval"
+            )
         else:
             if generator is not None:
-                raise ValueError("generator options apply to split='generated' only")
+                raise ValueError(f"generator options apply to split in {GENERATED_SPLITS} only")
             self.generator = None
             self._tasks = collect_official_tasks(resolve_data_dir(data_dir), split, self.task_types)
         if recycle_after is not None and (not isinstance(recycle_after, int) or recycle_after < 1):
@@ -107,6 +113,25 @@ class ALFWorldEnv(TextEnv):
 
     def admissible_actions(self) -> list[str]:
         return [] if self._state is None else list(self._state.admissible_actions)
+
+    @classmethod
+    def task_splits(cls, kwargs: Mapping[str, Any]) -> TaskSplits:
+        split = kwargs.get("split", "generated")
+        if split not in _HELD_OUT_SPLIT:
+            trainable = " or ".join(repr(s) for s in _HELD_OUT_SPLIT)
+            raise TaskSplitError(f"ALFWorld split={split!r} is for evaluation; train on split={trainable}")
+        held_out = _HELD_OUT_SPLIT[split]
+        if split == "generated":
+            description = "generated tasks; held-out tasks are in floor plans no training task uses"
+        else:
+            description = f"official games: training on {split!r}, evaluation on {held_out!r}"
+        return TaskSplits(train={"split": split}, held_out={"split": held_out}, description=description)
+
+    def task_key(self, task_id: int) -> str:
+        if isinstance(self._tasks, GeneratedTaskPool):
+            return self._tasks.task_key(task_id)
+        # An official game is named by its task folder and trial, which no two splits share.
+        return f"json_2.1.1:{self._tasks[task_id].name}"
 
     def close(self) -> None:
         if self._engine is not None:

@@ -1,7 +1,7 @@
 """Procedurally generated ALFWorld tasks for all six task types, built only from the wheel.
 
 A task is sampled from an explicit seed: a floor plan of a room type ALFRED allows for the task
-type, the goal objects and receptacle (``goal_library``'s goal PDDL and sentence templates),
+type (from the training floor plans, or from the held-out ones: see `is_held_out_floor_plan`), the goal objects and receptacle (``goal_library``'s goal PDDL and sentence templates),
 then a room trimmed to ``max_receptacles`` receptacle instances with the goal objects and
 ``num_distractors`` other objects placed where ``constants.py`` says they can be. The result is
 a standard TextWorld PDDL game (JSON ``pddl_domain``, ``grammar``, ``pddl_problem``,
@@ -20,7 +20,10 @@ from orsd_gym.envs.alfworld.scenes import LAMP_HOLDERS, Scene, affordances, goal
 from orsd_gym.envs.alfworld.tasks import TASK_TYPES
 
 #: Bump when generated games change for the same config and seed (it is part of the cache key).
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
+#: Floor plans whose number is a multiple of this (FloorPlan5, 10, ..., 205, ...) make the
+#: held-out evaluation tasks; training tasks never use them.
+HELD_OUT_FLOOR_PLAN_EVERY = 5
 
 # The state-changing appliance each task type needs, and what ALFRED never uses as the
 # task's target receptacle (the appliance itself, and basins).
@@ -95,6 +98,15 @@ class TaskSpec:
     goal: str
 
 
+def is_held_out_floor_plan(scene_number: int) -> bool:
+    """True for the floor plans reserved for held-out tasks (6 of the 30 of each room type).
+
+    Splitting by floor plan makes training and evaluation tasks disjoint by construction: an
+    evaluation task is in a room no training task is in, so it cannot repeat one by chance.
+    """
+    return scene_number % HELD_OUT_FLOOR_PLAN_EVERY == 0
+
+
 def _choice(rng: np.random.Generator, items):
     items = list(items)
     return items[int(rng.integers(len(items)))]
@@ -139,12 +151,20 @@ def _candidate_specs(task_type: str, scene: Scene) -> list[tuple[str, str, str]]
     return specs
 
 
-def sample_task(task_type: str, config: GeneratorConfig, rng: np.random.Generator) -> tuple[TaskSpec, str]:
-    """Draw one task of ``task_type``: its spec and PDDL problem text."""
+def sample_task(
+    task_type: str, config: GeneratorConfig, rng: np.random.Generator, *, held_out: bool = False
+) -> tuple[TaskSpec, str]:
+    """Draw one task of ``task_type`` in a training (or, with ``held_out``, a held-out) floor
+    plan: its spec and PDDL problem text."""
     aff = affordances()
-    scenes = [s for s in scenes_for(aff.rooms_for_task[task_type]) if _candidate_specs(task_type, s)]
+    scenes = [
+        s
+        for s in scenes_for(aff.rooms_for_task[task_type])
+        if is_held_out_floor_plan(s.number) == held_out and _candidate_specs(task_type, s)
+    ]
     if not scenes:
-        raise GenerationError(f"no floor plan in the alfworld wheel supports task type {task_type!r}")
+        side = "held-out" if held_out else "training"
+        raise GenerationError(f"no {side} floor plan in the alfworld wheel supports task type {task_type!r}")
     scene = _choice(rng, scenes)
     obj, recep, toggle = _choice(rng, _candidate_specs(task_type, scene))
     template = _choice(rng, goal_spec(task_type)["templates"])

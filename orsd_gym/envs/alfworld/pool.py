@@ -1,7 +1,7 @@
 """The generated task pool: lazily generated, planner-checked, cached on disk.
 
 Task ``i`` of a pool is a pure function of (generator version, config, task types, domain and
-grammar, ``i``): it is drawn from ``numpy.random.default_rng([seed, i, attempt])`` and the first
+grammar, side, ``i``), where the side is the training floor plans or the held-out ones: it is drawn from ``numpy.random.default_rng([seed, i, attempt])`` and the first
 attempt whose game the planner solves (and whose plan really wins when played) is kept. The
 checked game is written to ``<cache>/alfworld/generated/<content key>/task-<i>.tw-pddl``, so a
 second run (or another process of a vector env) only reads files.
@@ -42,7 +42,7 @@ def default_cache_dir() -> Path:
 
 
 def pool_key(config: GeneratorConfig, task_types: Sequence[str]) -> str:
-    """Content hash of everything that decides the pool's games (not its size)."""
+    """Content hash of everything but the side that decides the pool's games (not its size)."""
     logic = game_logic(config.wording)
     payload = {
         "version": GENERATOR_VERSION,
@@ -55,13 +55,26 @@ def pool_key(config: GeneratorConfig, task_types: Sequence[str]) -> str:
 
 
 class GeneratedTaskPool(Sequence[ALFWorldTask]):
-    """``config.num_tasks`` generated tasks; task ``i`` is made (or read from cache) on first access."""
+    """``config.num_tasks`` generated tasks; task ``i`` is made (or read from cache) on first access.
 
-    def __init__(self, config: GeneratorConfig, task_types: Sequence[str], cache_dir: str | os.PathLike | None = None):
+    ``held_out`` pools draw from the held-out floor plans only, the others from the rest.
+    """
+
+    def __init__(
+        self,
+        config: GeneratorConfig,
+        task_types: Sequence[str],
+        cache_dir: str | os.PathLike | None = None,
+        *,
+        held_out: bool = False,
+    ):
         self.config = config
         self.task_types = tuple(task_types)
+        self.held_out = held_out
+        self.key = pool_key(config, self.task_types)
+        self.side = "held_out" if held_out else "train"
         self.directory = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
-        self.directory = self.directory / "alfworld" / "generated" / pool_key(config, self.task_types)
+        self.directory = self.directory / "alfworld" / "generated" / self.key / self.side
         self._tasks: dict[int, ALFWorldTask] = {}
         self._checker = None  # a PddlGameEngine(expert=True), made on the first cache miss
 
@@ -77,6 +90,10 @@ class GeneratedTaskPool(Sequence[ALFWorldTask]):
         if index not in self._tasks:
             self._tasks[index] = self._load(index) or self._generate(index)
         return self._tasks[index]
+
+    def task_key(self, index: int) -> str:
+        """Names task ``index`` without generating it: the knobs' hash, the side and the index."""
+        return f"generated:{self.key}:{self.side}:{index}"
 
     def close(self) -> None:
         if self._checker is not None:
@@ -114,7 +131,7 @@ class GeneratedTaskPool(Sequence[ALFWorldTask]):
         game_path, meta_path = self._paths(index)
         for attempt in range(MAX_ATTEMPTS):
             rng = np.random.default_rng([self.config.seed, index, attempt])
-            spec, problem = sample_task(task_type, self.config, rng)
+            spec, problem = sample_task(task_type, self.config, rng, held_out=self.held_out)
             game = make_game(spec, problem, self.config.wording)
             candidate = self.directory / f"candidate-{index:05d}-{os.getpid()}.tw-pddl"
             candidate.write_text(json.dumps(game))
@@ -126,7 +143,10 @@ class GeneratedTaskPool(Sequence[ALFWorldTask]):
                 candidate.unlink(missing_ok=True)
             if plan:
                 game["solvable"] = True
-                name = f"{task_type}-{spec.obj}-{spec.toggle or 'None'}-{spec.recep or 'None'}-{spec.scene}/seed{self.config.seed}_task{index}"
+                name = (
+                    f"{task_type}-{spec.obj}-{spec.toggle or 'None'}-{spec.recep or 'None'}-{spec.scene}"
+                    f"/seed{self.config.seed}_{self.side}_task{index}"
+                )
                 self._write_atomic(game_path, json.dumps(game))
                 meta = {"task_type": task_type, "goal": spec.goal, "name": name, "plan": plan, "attempt": attempt}
                 self._write_atomic(meta_path, json.dumps(meta))

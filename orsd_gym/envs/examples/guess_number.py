@@ -7,33 +7,55 @@ the workhorse of the policy, rollout and trainer tests.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from orsd_gym.envs.base import StepOutcome, TextEnv
+from orsd_gym.envs.base import StepOutcome, TaskSplitError, TaskSplits, TextEnv
 
 _GUESS = re.compile(r"^\s*guess\s+(-?\d+)\s*$", re.IGNORECASE)
+SPLITS = ("all", "train", "eval")
+#: Hidden numbers that are multiples of this are the held-out evaluation tasks.
+EVAL_EVERY = 5
 
 
 class GuessNumberEnv(TextEnv):
     """Find a hidden integer in ``[1, high]`` with ``guess N``; the env answers higher/lower.
 
-    Tasks are the hidden numbers ``1..high`` (task k hides ``k + 1``). Reward 1.0 on the
-    right guess (terminated).
+    Tasks are hidden numbers in ``1..high``: all of them (``split="all"``, task k hides
+    ``k + 1``), the multiples of 5 (``split="eval"``, the held-out tasks) or the others
+    (``split="train"``). Reward 1.0 on the right guess (terminated).
     """
 
-    def __init__(self, high: int = 20, render_mode: str | None = None) -> None:
+    def __init__(self, high: int = 20, split: str = "all", render_mode: str | None = None) -> None:
         super().__init__(render_mode=render_mode)
         if not isinstance(high, int) or high < 2:
             raise ValueError(f"high must be an int >= 2, got {high!r}")
+        if split not in SPLITS:
+            raise ValueError(f"split={split!r}; choose one of {SPLITS}")
         self.high = high
-        self._targets = tuple(range(1, high + 1))
+        self.split = split
+        self._targets = tuple(
+            n for n in range(1, high + 1) if split == "all" or (n % EVAL_EVERY == 0) == (split == "eval")
+        )
         self._low_bound = 1
         self._high_bound = high
 
     @property
     def tasks(self) -> Sequence[int]:
         return self._targets
+
+    @classmethod
+    def task_splits(cls, kwargs: Mapping[str, Any]) -> TaskSplits:
+        if kwargs.get("split", "all") == "eval":
+            raise TaskSplitError("split='eval' holds GuessNumber's held-out numbers; train on split='train'")
+        return TaskSplits(
+            train={"split": "train"},
+            held_out={"split": "eval"},
+            description=f"hidden numbers that are multiples of {EVAL_EVERY} are held out",
+        )
+
+    def task_key(self, task_id: int) -> str:
+        return f"1..{self.high}:number-{self._targets[task_id]}"
 
     def _task_text(self, task_id: int) -> str:
         return f"Find the hidden number between 1 and {self.high}."

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from orsd_gym.envs.base import StepOutcome, TaskSelectionError, TextEnv
+from orsd_gym.envs.base import StepOutcome, TaskSelectionError, TaskSplitError, TaskSplits, TextEnv
 from orsd_gym.envs.webshop.data import Catalog, build_catalog, load_catalog, resolve_data_dir
-from orsd_gym.envs.webshop.goals import SPLITS, GoalError, build_goals, split_goals, validate_goal
+from orsd_gym.envs.webshop.goals import SPLITS, TEST_GOALS, GoalError, build_goals, split_goals, validate_goal
 from orsd_gym.envs.webshop.pages import OBSERVATION_MODES
 from orsd_gym.envs.webshop.reward import check_pos_tagger
 from orsd_gym.envs.webshop.search import ProductSearchEngine
@@ -87,6 +87,7 @@ class WebShopEnv(TextEnv):
         resolved = resolve_data_dir(data_dir)
         self.observation_mode = observation_mode
         self.goal_split = goal_split
+        self.human_goals = bool(human_goals)
         self.shop_data = load_shop_data(
             None if resolved is None else str(resolved.resolve()), catalog_size, catalog_seed, bool(human_goals),
             synthetic_products,
@@ -118,6 +119,25 @@ class WebShopEnv(TextEnv):
         if self._session is None:
             raise RuntimeError("Call reset() before using the session.")
         return self._session
+
+    @classmethod
+    def task_splits(cls, kwargs: Mapping[str, Any]) -> TaskSplits:
+        # The env's own default split is "test" (for evaluation); a trainer trains on "train".
+        split = kwargs.get("goal_split", "train")
+        if split != "train":
+            raise TaskSplitError(
+                f"WebShop goal_split={split!r} holds held-out goals; train on goal_split='train'"
+            )
+        return TaskSplits(
+            train={"goal_split": "train"},
+            held_out={"goal_split": "test"},
+            description=f"goals: training on goals {TEST_GOALS} onwards, evaluation on the first {TEST_GOALS}",
+        )
+
+    def task_key(self, task_id: int) -> str:
+        # Goals are named by their index in the whole shuffled goal list, whatever the split.
+        offset = TEST_GOALS if self.goal_split == "train" else 0
+        return f"{'human' if self.human_goals else 'synthetic'}-goal-{offset + task_id}"
 
     # ------------------------------------------------------------------ reset
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
