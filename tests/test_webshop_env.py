@@ -19,6 +19,7 @@ import orsd_gym  # noqa: F401
 from orsd_gym.envs import TaskSelectionError
 from orsd_gym.envs.webshop.env import CUSTOM_GOAL_ID
 from orsd_gym.envs.webshop.goals import GoalError
+from orsd_gym.envs.webshop.pages import options_json, shown_as_clicked
 from orsd_gym.envs.webshop.shop import SEARCH_TEMPLATE
 
 ENV_ID = "orsd_gym/WebShop-v0"
@@ -159,6 +160,32 @@ def test_rich_pages_and_option_selection(data_dir):
     assert "[button] Buy Now [button_]" in obs
     obs, *_ = env.step("click[< prev]")  # back on the results page, the visited product is marked
     assert f"\n[clicked button] {goal['asin']} [clicked button_]\n" in obs
+
+
+@pytest.mark.official_data
+def test_text_pages_keep_non_breaking_spaces(data_dir):
+    env = gym.make(ENV_ID, data_dir=data_dir)
+    catalog = env.unwrapped.catalog
+    product = next(p for p in catalog.products if "a1-wine\u00a0red" in p["options"].get("color", []))
+    env.reset(options={"goal_index": 0})
+    env.step(f"search[{product['Title']}]")
+    obs, *_ = env.step(f"click[{product['asin']}]")
+    assert " [SEP] a1-wine\u00a0red [SEP] " in obs and env.observation_space.contains(obs)
+    obs, *_, info = env.step("click[a1-wine\u00a0red]")
+    assert info["is_valid_action"] and env.unwrapped.session.state.options["color"] == "a1-wine\u00a0red"
+
+
+def test_options_shown_as_clicked_follow_the_benchmarks_url_test():
+    chosen = {"color": "navy | white", "size": '52"w'}
+    assert shown_as_clicked("navy | white", "", chosen)
+    assert not shown_as_clicked('52"w', "", chosen)  # json.dumps escapes the quote
+    assert not shown_as_clicked("a1-wine\u00a0red", "", {"color": "a1-wine\u00a0red"})  # ... and non-ASCII
+    assert shown_as_clicked("size", "", chosen)  # an option name in quotes
+    assert shown_as_clicked("large", 'shirt "large"', {})  # the query is part of the URL
+
+
+def test_done_page_prints_options_as_flasks_tojson():
+    assert options_json({"size": "x<y", "color": "it's"}) == '{"color": "it\\u0027s", "size": "x\\u003cy"}'
 
 
 @pytest.mark.official_data

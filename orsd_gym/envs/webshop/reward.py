@@ -8,7 +8,7 @@ reward = r_type * (attribute matches + option matches + [price ok]) / (n attribu
 * a goal attribute matches a product attribute with token-set ratio > 85, or as a substring
   of the lower-cased Title, joined BulletPoints or Description;
 * a goal option matches when some chosen option value has token-set ratio > 85 with it, both
-  after colour normalisation (see `option_matches` for what "goal option" means);
+  after colour normalisation (`goal_option_terms` says what a goal option is compared as);
 * price ok: the paid price <= the goal's price_upper.
 
 Fuzzy scores follow ``thefuzz`` (what the benchmark calls): its default processing (the
