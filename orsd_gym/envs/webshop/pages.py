@@ -183,7 +183,7 @@ def options_json(options: Mapping[str, str]) -> str:
 
 
 #: Headings of the done page's hidden purchase and target panels. The benchmark's text env does
-#: not pass their values to the template, so each prints "None" or nothing.
+#: not pass their values to the template, so each prints "None" or nothing ("instuction" sic).
 _DONE_PURCHASE_FIELDS = ("attrs", "None", "category", "None", "query", "None", "product category", "None")
 _DONE_TARGET_FIELDS = ("Target", "asin", "options", "attrs", "price upper", "instuction text", "category",
                        "product category", "query", "Goal ", "None", "Reward")
