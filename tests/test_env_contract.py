@@ -30,7 +30,8 @@ def test_import_is_light():
 def test_unicode_text_space_accepts_real_text():
     space = UnicodeText(100)
     assert space.contains("Crème brûlée™ 3×4 — 10% off\nnext line\ttab")
-    assert not space.contains("bell\x07")
+    assert not space.contains("bell\x07") and not space.contains("\x1b[31m")
+    assert space.contains("a1-wine\u00a0red, \u200dsoft\u00adhyphen")  # no-break space, ZWJ, soft hyphen
     assert not space.contains("x" * 101)
     assert not space.contains(b"bytes")
     assert space.contains(space.sample())

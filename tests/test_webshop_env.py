@@ -19,6 +19,7 @@ import orsd_gym  # noqa: F401
 from orsd_gym.envs import TaskSelectionError
 from orsd_gym.envs.webshop.env import CUSTOM_GOAL_ID
 from orsd_gym.envs.webshop.goals import GoalError
+from orsd_gym.envs.webshop.pages import options_json, shown_as_clicked
 from orsd_gym.envs.webshop.shop import SEARCH_TEMPLATE
 
 ENV_ID = "orsd_gym/WebShop-v0"
@@ -118,8 +119,8 @@ def test_text_pages_on_shared_data(data_dir):
     assert set(info["available_actions"]["clickables"][6:]) == set(option_values)
 
     obs, _, _, _, info = env.step("click[features]")
-    bullets = " [SEP] ".join(b.strip() for b in product["BulletPoints"] if b.strip())
-    assert obs == f"Instruction: [SEP] {instruction} [SEP] Back to Search [SEP] < Prev" + (f" [SEP] {bullets}" if bullets else "")
+    bullets = "".join(f" [SEP] {b.strip()}" for b in product["BulletPoints"])  # an empty bullet is an empty entry
+    assert obs == f"Instruction: [SEP] {instruction} [SEP] Back to Search [SEP] < Prev{bullets}"
     assert info["available_actions"]["clickables"] == ["back to search", "< prev"]
     env.step("click[< prev]")
     obs, _, _, _, info = env.step("click[description]")
@@ -139,22 +140,52 @@ def test_rich_pages_and_option_selection(data_dir):
     env = gym.make(ENV_ID, data_dir=data_dir, observation_mode="text_rich")
     obs, _ = env.reset(options={"goal_index": 0})
     goal = env.unwrapped.goals[0]
-    assert obs == f"\nWebShop\n\nInstruction:\n\n{goal['instruction_text']}\n[button] Search [button_]\n"
+    assert obs == f"WebShop\nInstruction: \n{goal['instruction_text']}\n[button] Search [button_]\n"
     obs, *_ = env.step(f"search[{goal['name']}]")
     assert "[button] Back to Search [button_]\n" in obs and "\nPage 1 (Total results: 50)\n" in obs
     assert f"\n[button] {goal['asin']} [button_]\n" in obs
     env.step(f"click[{goal['asin']}]")
     name, values = next(iter(env.unwrapped.catalog.by_asin[goal["asin"]]["options"].items()))
-    env.step(f"click[{values[0]}]")
-    obs, *_, info = env.step(f"click[{values[-1]}]")  # the last click per option name wins
+    assert values[1] == "18 x 18-inch" and values[-1] == '40" x 40"'
+    env.step(f"click[{values[-1]}]")
+    obs, *_ = env.step(f"click[{values[1]}]")  # the last click per option name wins
+    assert env.unwrapped.session.state.options[name] == values[1]
+    assert obs.startswith(f"You have clicked {values[1]}.\n")
+    assert f"\n{name}\n" in obs and f"  [clicked button] {values[1]} [clicked button_]\n" in obs
+    assert f"  [button] {values[-1]} [button_]\n" in obs
+    # As in the benchmark, a chosen value that JSON escapes (here its quotes) is never shown clicked.
+    obs, *_ = env.step(f"click[{values[-1]}]")
     assert env.unwrapped.session.state.options[name] == values[-1]
-    assert obs.startswith(f"You have clicked {values[-1]}.\n")
-    assert f"\n{name}\n" in obs and f"  [clicked button] {values[-1]} [clicked button_]\n" in obs
-    if len(values) > 1:
-        assert f"  [button] {values[0]} [button_]\n" in obs
+    assert "clicked" not in obs and f"  [button] {values[-1]} [button_]\n" in obs
     assert "[button] Buy Now [button_]" in obs
     obs, *_ = env.step("click[< prev]")  # back on the results page, the visited product is marked
     assert f"\n[clicked button] {goal['asin']} [clicked button_]\n" in obs
+
+
+@pytest.mark.official_data
+def test_text_pages_keep_non_breaking_spaces(data_dir):
+    env = gym.make(ENV_ID, data_dir=data_dir)
+    catalog = env.unwrapped.catalog
+    product = next(p for p in catalog.products if "a1-wine\u00a0red" in p["options"].get("color", []))
+    env.reset(options={"goal_index": 0})
+    env.step(f"search[{product['Title']}]")
+    obs, *_ = env.step(f"click[{product['asin']}]")
+    assert " [SEP] a1-wine\u00a0red [SEP] " in obs and env.observation_space.contains(obs)
+    obs, *_, info = env.step("click[a1-wine\u00a0red]")
+    assert info["is_valid_action"] and env.unwrapped.session.state.options["color"] == "a1-wine\u00a0red"
+
+
+def test_options_shown_as_clicked_follow_the_benchmarks_url_test():
+    chosen = {"color": "navy | white", "size": '52"w'}
+    assert shown_as_clicked("navy | white", "", chosen)
+    assert not shown_as_clicked('52"w', "", chosen)  # json.dumps escapes the quote
+    assert not shown_as_clicked("a1-wine\u00a0red", "", {"color": "a1-wine\u00a0red"})  # ... and non-ASCII
+    assert shown_as_clicked("size", "", chosen)  # an option name in quotes
+    assert shown_as_clicked("large", 'shirt "large"', {})  # the query is part of the URL
+
+
+def test_done_page_prints_options_as_flasks_tojson():
+    assert options_json({"size": "x<y", "color": "it's"}) == '{"color": "it\\u0027s", "size": "x\\u003cy"}'
 
 
 @pytest.mark.official_data
@@ -279,6 +310,25 @@ def test_bad_constructor_arguments_are_clear_errors(tmp_path):
         gym.make(ENV_ID, data_dir=str(tmp_path))
     with pytest.raises(ValueError, match="human_goals"):
         gym.make(ENV_ID, human_goals=True)
+    with pytest.raises(ValueError, match="option_matching"):
+        gym.make(ENV_ID, option_matching="names")
+
+
+@pytest.mark.parametrize(("matching", "expected_r_option"), [("pairs", 0.0), (None, 0.0), ("values", 1.0)])
+def test_option_matching_switch(matching, expected_r_option):
+    env = gym.make(ENV_ID, goal_split="all", **({} if matching is None else {"option_matching": matching}))
+    catalog = env.unwrapped.catalog.by_asin
+    goal = next(g for g in env.unwrapped.goals if "walnut" in catalog[g["asin"]]["options"].get("color", []))
+    # Goal colour "walnut2070" bought as "walnut": the values both normalise to "walnut", but the
+    # pair ("color", "walnut2070") stays as it is and shares no token with "walnut".
+    custom = {**goal, "goal_options": {"color": "walnut2070"}}
+    env.reset(options={"goal": custom})
+    env.step(f"search[{goal['name']}]")
+    env.step(f"click[{goal['asin']}]")
+    env.step("click[walnut]")
+    *_, info = env.step("click[buy now]")
+    assert info["reward_details"]["option_matching"] == (matching or "pairs")
+    assert info["reward_details"]["r_option"] == expected_r_option
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])

@@ -9,6 +9,7 @@ from orsd_gym.envs.webshop import reward as reward_module
 from orsd_gym.envs.webshop.reward import (
     attribute_matches,
     fuzzy_token_set_ratio,
+    goal_option_terms,
     normalize_color,
     option_matches,
     purchase_reward,
@@ -108,7 +109,9 @@ def test_fuzzy_ratio_follows_thefuzz_processing_and_rounding():
     assert fuzzy_token_set_ratio("long lasting", "long-lasting") == 100  # punctuation -> space
     raw = fuzz.token_set_ratio("machine wash", "machine washable")
     assert 85 < raw < 86 and fuzzy_token_set_ratio("machine wash", "machine washable") == 86
-    assert fuzzy_token_set_ratio("café", "cafe") == fuzz.token_set_ratio("caf", "cafe").__round__()  # ASCII only
+    assert fuzzy_token_set_ratio("café", "cafe") == fuzz.token_set_ratio("caf", "cafe").__round__()  # é deleted
+    assert fuzzy_token_set_ratio("men\u2019s", "men s") == 100  # only U+0080..U+00FF are deleted; ’ -> space
+    assert fuzzy_token_set_ratio("8", ("size", "8")) == 100  # a non-string compares as its str()
     assert fuzzy_token_set_ratio("", "x") == 0 and fuzzy_token_set_ratio("!!", "x") == 0
 
 
@@ -144,12 +147,59 @@ def test_option_matching_branches():
 
 def test_goal_options_as_a_list_and_no_options():
     p = product()
-    value, details = purchase_reward(p, goal(goal_options=["large"]), 1.0, {"size": "large"})
-    assert value == 1.0 and details["r_option"] == 1.0
+    for matching in ("pairs", "values"):  # a list has no names: both match its values
+        value, details = purchase_reward(p, goal(goal_options=["large"]), 1.0, {"size": "large"}, matching)
+        assert value == 1.0 and details["r_option"] == 1.0 and details["option_matching"] == matching
     value, details = purchase_reward(p, goal(goal_options={}), 1.0, {"size": "small"})
     assert value == 1.0 and details["r_option"] is None and details["w_option"] == 0.0
     value, details = purchase_reward(p, goal(), 1.0, {"size": "large"})  # colour not chosen
     assert details["r_option"] == 0.5 and value == pytest.approx(3 / 4)
+
+
+# --------------------------------------------------------------------------- pairs vs values
+def test_a_pair_normalises_only_when_its_name_or_whole_value_is_a_colour():
+    assert normalize_color(("color", "black")) == "black"
+    assert normalize_color(("color", "black2070")) == ("color", "black2070")  # membership, not substring
+    assert normalize_color(("color", "navy blue")) == ("color", "navy blue")
+    assert normalize_color("black2070") == "black"  # a chosen value is a string: substring test
+
+
+def test_goal_option_terms():
+    options = {"color": "black2070", "size": "8"}
+    assert goal_option_terms(options, "pairs") == [("color", "black2070"), ("size", "8")]
+    assert goal_option_terms(options, "values") == ["black2070", "8"]
+    assert goal_option_terms(["8"], "pairs") == goal_option_terms(["8"], "values") == ["8"]
+    with pytest.raises(ValueError, match="option_matching='names'"):
+        goal_option_terms(options, "names")
+
+
+@pytest.mark.parametrize(
+    ("goal_options", "chosen", "pairs", "values"),
+    [
+        # The benchmark's own goal, bought exactly: "black2070" is chosen as "black", and
+        # "black" shares no token with "('color', 'black2070')".
+        ({"color": "black2070", "size": "8"}, {"color": "black2070", "size": "8"}, 0.5, 1.0),
+        # "rectangular" contains "tan", so the chosen value normalises to a colour the pair lacks.
+        ({"item shape": "rectangular"}, {"item shape": "rectangular"}, 0.0, 1.0),
+        # A colour that is the whole value normalises the pair too.
+        ({"color": "black", "size": "8"}, {"color": "black", "size": "8"}, 1.0, 1.0),
+        ({"color": "navy blue"}, {"color": "navy blue"}, 1.0, 1.0),  # "blue" is one of the pair's tokens
+        # The pair's name is a token too: choosing a value equal to it matches under pairs.
+        ({"size": "xl"}, {"size": "size"}, 1.0, 0.0),
+        ({"size": "8"}, {"size": "9"}, 0.0, 0.0),
+    ],
+)
+def test_pairs_and_values_matching(goal_options, chosen, pairs, values):
+    g = goal(goal_options=goal_options)
+    for matching, expected in (("pairs", pairs), ("values", values)):
+        _, details = purchase_reward(product(), g, 1.0, chosen, matching)
+        assert details["r_option"] == expected and details["option_matching"] == matching
+
+
+def test_pairs_is_the_default():
+    g = goal(goal_options={"color": "black2070", "size": "8"})
+    value, details = purchase_reward(product(), g, 1.0, {"color": "black2070", "size": "8"})
+    assert details["option_matching"] == "pairs" and value == pytest.approx((1 + 1 + 1) / 4)
 
 
 # --------------------------------------------------------------------------- price

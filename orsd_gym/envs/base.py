@@ -3,7 +3,7 @@
 `TextEnv` owns the parts of the contract that are the same for every env, so a concrete env
 only says what its tasks are, how a task starts and how one action plays out:
 
-* spaces are `UnicodeText` (any printable text, newlines, non-ASCII);
+* spaces are `UnicodeText` (any text without control characters but newlines and tabs);
 * ``reset(seed=s)`` picks the task from the seed alone; ``reset(options={"task_id": k})``
   picks task k of `tasks` (stable order);
 * ``step(action)`` accepts any string: non-strings and over-long strings become a defined
@@ -24,7 +24,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from orsd_gym.envs.spaces import UnicodeText
+from orsd_gym.envs.spaces import UnicodeText, drop_non_text_characters
 
 MAX_OBSERVATION_CHARS = 32_768
 MAX_ACTION_CHARS = 2_048
@@ -190,10 +190,7 @@ class TextEnv(gym.Env[str, str], ABC):
     def _fit_observation(self, text: str) -> str:
         # Keep the observation a member of observation_space: cap its length and drop control
         # characters an engine may emit (e.g. ANSI escapes), keeping newlines and tabs.
-        text = text[:MAX_OBSERVATION_CHARS]
-        if text.isprintable():
-            return text
-        return "".join(c for c in text if c.isprintable() or c in "\n\r\t")
+        return drop_non_text_characters(text[:MAX_OBSERVATION_CHARS])
 
     def _info(self, extra: dict[str, Any], *, is_valid_action: bool) -> dict[str, Any]:
         assert self._task_id is not None

@@ -4,7 +4,10 @@ Gymnasium's `Text` space checks membership character by character against a fixe
 Real observations contain newlines, punctuation and non-ASCII product names (``é``, ``™``,
 ``×``), and enumerating all of Unicode as a charset would cost hundreds of MB. `UnicodeText`
 keeps a small printable charset for *sampling* (so `sample()` and `check_env` work) but accepts
-any string of printable characters plus ``\\n``, ``\\r`` and ``\\t`` as a member.
+as a member any string without control characters other than ``\\n``, ``\\r`` and ``\\t``
+(and without lone surrogates, which UTF-8 cannot carry). Spaces and invisible format
+characters that Python does not call printable (no-break space, zero-width joiner, soft
+hyphen) are members: product text is full of them, and an env must show it as it is.
 
 It also teaches Gymnasium's async vector env to move these strings through shared memory as
 UTF-8 bytes, since the stock Text shared-memory codec can only encode charset characters.
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import string
+import unicodedata
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,10 +28,23 @@ from gymnasium.vector.utils import shared_memory as _shm
 #: Characters `sample()` draws from: printable ASCII plus a few common non-ASCII letters.
 SAMPLE_CHARSET = string.ascii_letters + string.digits + string.punctuation + " \n" + "éü×™"
 _CONTROL_OK = frozenset("\n\r\t")
+_EXCLUDED_CATEGORIES = frozenset({"Cc", "Cs"})  # control characters, surrogates
+
+
+def is_text_character(char: str) -> bool:
+    """Whether ``char`` may appear in a `UnicodeText` member."""
+    return char in _CONTROL_OK or unicodedata.category(char) not in _EXCLUDED_CATEGORIES
+
+
+def drop_non_text_characters(text: str) -> str:
+    """``text`` without the characters a `UnicodeText` member may not hold."""
+    if text.isprintable():
+        return text
+    return "".join(c for c in text if is_text_character(c))
 
 
 class UnicodeText(Text):
-    """Text space whose members are strings of printable Unicode characters (and newlines)."""
+    """Text space whose members are strings of Unicode text: no control characters but newlines and tabs."""
 
     def __init__(self, max_length: int, *, min_length: int = 0, seed: Any = None):
         super().__init__(max_length=max_length, min_length=min_length, charset=SAMPLE_CHARSET, seed=seed)
@@ -35,7 +52,7 @@ class UnicodeText(Text):
     def contains(self, x: Any) -> bool:
         if not isinstance(x, str) or not self.min_length <= len(x) <= self.max_length:
             return False
-        return x.isprintable() or all(c.isprintable() or c in _CONTROL_OK for c in x)
+        return x.isprintable() or all(is_text_character(c) for c in x)
 
     def __repr__(self) -> str:
         return f"UnicodeText({self.min_length}, {self.max_length})"

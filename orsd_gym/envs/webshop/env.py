@@ -12,7 +12,7 @@ from orsd_gym.envs.base import StepOutcome, TaskSelectionError, TaskSplitError, 
 from orsd_gym.envs.webshop.data import Catalog, build_catalog, load_catalog, resolve_data_dir
 from orsd_gym.envs.webshop.goals import SPLITS, TEST_GOALS, GoalError, build_goals, split_goals, validate_goal
 from orsd_gym.envs.webshop.pages import OBSERVATION_MODES
-from orsd_gym.envs.webshop.reward import check_pos_tagger
+from orsd_gym.envs.webshop.reward import DEFAULT_OPTION_MATCHING, OPTION_MATCHING, check_pos_tagger
 from orsd_gym.envs.webshop.search import ProductSearchEngine
 from orsd_gym.envs.webshop.shop import ShopSession
 from orsd_gym.envs.webshop.synthetic import DEFAULT_SYNTHETIC_PRODUCTS, SOURCE_LABEL, synthetic_catalog_data
@@ -63,6 +63,10 @@ class WebShopEnv(TextEnv):
         catalog_size: ``"small"`` (1000 products), ``"full"`` (1.18M) or ``"auto"`` (small if present).
         catalog_seed: drives ranged prices and goal price bounds (goal lists are reproducible).
         synthetic_products: size of the embedded synthetic catalog.
+        option_matching: how the purchase reward compares goal options with the chosen values:
+            ``"pairs"`` (the benchmark's reward: each goal option as its (name, value) pair, so
+            e.g. colour "black2070" is not matched by the chosen "black2070") or ``"values"``
+            (the goal's values alone). ``info["reward_details"]["option_matching"]`` says which.
     """
 
     def __init__(
@@ -74,6 +78,7 @@ class WebShopEnv(TextEnv):
         catalog_size: str = "auto",
         catalog_seed: int = 0,
         synthetic_products: int = DEFAULT_SYNTHETIC_PRODUCTS,
+        option_matching: str = DEFAULT_OPTION_MATCHING,
         render_mode: str | None = None,
     ) -> None:
         super().__init__(render_mode=render_mode)
@@ -81,6 +86,8 @@ class WebShopEnv(TextEnv):
             raise ValueError(f"observation_mode={observation_mode!r}; choose one of {OBSERVATION_MODES}")
         if goal_split not in SPLITS:
             raise ValueError(f"goal_split={goal_split!r}; choose one of {SPLITS}")
+        if option_matching not in OPTION_MATCHING:
+            raise ValueError(f"option_matching={option_matching!r}; choose one of {OPTION_MATCHING}")
         if isinstance(catalog_seed, bool) or not isinstance(catalog_seed, int):
             raise ValueError(f"catalog_seed must be an int, got {catalog_seed!r}")
         check_pos_tagger()
@@ -88,6 +95,7 @@ class WebShopEnv(TextEnv):
         self.observation_mode = observation_mode
         self.goal_split = goal_split
         self.human_goals = bool(human_goals)
+        self.option_matching = option_matching
         self.shop_data = load_shop_data(
             None if resolved is None else str(resolved.resolve()), catalog_size, catalog_seed, bool(human_goals),
             synthetic_products,
@@ -172,7 +180,7 @@ class WebShopEnv(TextEnv):
         return self._start_goal(self._goals[task_id])
 
     def _start_goal(self, goal: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-        self._session = ShopSession(self.shop_data.catalog, self.shop_data.engine, goal)
+        self._session = ShopSession(self.shop_data.catalog, self.shop_data.engine, goal, self.option_matching)
         return self._session.observation(self.observation_mode), self._page_info(score=0.0)
 
     # ------------------------------------------------------------------ steps

@@ -1,21 +1,25 @@
 """WebShop's pages as element lists, and their two text renderings.
 
-A page is what the benchmark's HTML shows, reduced to its visible strings in document order,
-each tagged with what it is (plain text, button, option value, product link) and, for the
-clickable ones, what clicking does. The renderings follow the benchmark's text env:
+A page is what the benchmark's HTML shows, reduced to its visible text nodes in document
+order, each tagged with what it is (plain text, button, option value, product link) and, for
+the clickable ones, what clicking does. An element's text is the text node exactly as the
+HTML holds it (template spaces included, e.g. the space before each feature bullet). The
+renderings follow the benchmark's text env, which walks those text nodes:
 
-* ``text``: the visible strings joined with " [SEP] ";
-* ``text_rich``: one element per line: buttons ``[button] X [button_]``, option values indented
-  (``  [clicked button] X [clicked button_]`` when selected), product links and plain text on
-  lines of their own after a blank line, and ``You have clicked X.`` lines at the top for
-  every selected option.
+* ``text``: every node stripped (Python's ``str.strip``, so only the ends lose whitespace;
+  a non-breaking space inside a value stays) and joined with " [SEP] ";
+* ``text_rich``: every node unstripped and followed by one newline: buttons as
+  ``[button] X [button_]``, option values indented (``  [clicked button] X [clicked button_]``
+  when shown as clicked), product links after a blank line, plain text as it is, and a
+  ``You have clicked X.`` line on top for every option shown as clicked (the last one in the
+  page first).
 
-Clickables are the lower-cased button and product-link texts, then the option values (a value
-that repeats a button's text takes over its click, as in the benchmark).
+Clickables are the lower-cased button and product-link texts, then the option values.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,16 +47,22 @@ class Page:
     clickables: dict[str, Target | None] = field(init=False)
 
     def __post_init__(self) -> None:
+        # HTML has no empty text nodes, and the benchmark skips nodes that are exactly "\n".
+        self.elements = [e for e in self.elements if e.text not in ("", "\n")]
         clickables: dict[str, Target | None] = {}
-        for kind in (("button", "link"), ("option",)):
-            for element in self.elements:
-                if element.kind in kind:
-                    clickables[element.text.lower() if element.kind != "option" else element.text] = element.target
+        for element in self.elements:
+            if element.kind in ("button", "link"):
+                clickables[element.text.lower()] = element.target
+        for element in self.elements:
+            # The benchmark routes a click by its text before looking at what was clicked, so an
+            # option value that repeats a button's text does what the button does.
+            if element.kind == "option" and element.text not in clickables:
+                clickables[element.text] = element.target
         self.clickables = clickables
 
     def render(self, mode: str) -> str:
         if mode == "text":
-            return " [SEP] ".join(e.text.strip() for e in self.elements if e.text.strip())
+            return " [SEP] ".join(e.text.strip() for e in self.elements)
         if mode == "text_rich":
             return _render_rich(self.elements)
         raise ValueError(f"observation_mode={mode!r}; choose one of {OBSERVATION_MODES}")
@@ -60,22 +70,23 @@ class Page:
 
 def _render_rich(elements: Sequence[Element]) -> str:
     clicked_lines = []
-    body = []
+    lines = []
     for element in elements:
+        text = element.text
         if element.kind == "button":
-            body.append(f"[button] {element.text} [button_]\n")
+            lines.append(f"[button] {text} [button_]")
         elif element.kind == "option":
             if element.selected:
-                body.append(f"  [clicked button] {element.text} [clicked button_]\n")
-                clicked_lines.insert(0, f"You have clicked {element.text}.\n")
+                lines.append(f"  [clicked button] {text} [clicked button_]")
+                clicked_lines.insert(0, f"You have clicked {text}.\n")
             else:
-                body.append(f"  [button] {element.text} [button_]\n")
+                lines.append(f"  [button] {text} [button_]")
         elif element.kind == "link":
             tag = "clicked button" if element.selected else "button"
-            body.append(f"\n[{tag}] {element.text} [{tag}_]\n")
-        elif element.text.strip():
-            body.append(f"\n{element.text}\n")
-    return "".join(clicked_lines) + "".join(body)
+            lines.append(f"\n[{tag}] {text} [{tag}_]")
+        else:
+            lines.append(text)
+    return "".join(clicked_lines) + "".join(f"{line}\n" for line in lines)
 
 
 def _instruction(instruction: str) -> list[Element]:
@@ -83,8 +94,10 @@ def _instruction(instruction: str) -> list[Element]:
 
 
 def start_page(instruction: str) -> Page:
-    # The benchmark's search button does nothing in its text env (you type search[...]).
-    return Page([Element("text", "WebShop"), *_instruction(instruction), Element("button", "Search")], has_search_bar=True)
+    # The search page's heading keeps a space after the colon (other pages have none). Its search
+    # button does nothing in the benchmark's text env (you type search[...]).
+    return Page([Element("text", "WebShop"), Element("text", "Instruction: "), Element("text", instruction),
+                 Element("button", "Search")], has_search_bar=True)
 
 
 def results_page(
@@ -108,12 +121,28 @@ def results_page(
     return Page(elements)
 
 
-def item_page(instruction: str, product: Mapping[str, Any], chosen: Mapping[str, str]) -> Page:
+def shown_as_clicked(value: str, query: str, chosen: Mapping[str, str]) -> bool:
+    """Whether the benchmark's text_rich mode marks option ``value`` as clicked.
+
+    It does not look at the chosen options themselves but searches the item page's URL, which
+    holds the query words joined by "+" and ``json.dumps`` of the chosen options, for the value
+    in double quotes. So a value JSON escapes (a double quote, any non-ASCII character such as a
+    non-breaking space) is never marked, and a value that is quoted in the query, or equals a
+    chosen option's name, is.
+    """
+    url_text = f"{query.replace(' ', '+')}/{json.dumps(dict(chosen))}"
+    return f'"{value}"' in url_text
+
+
+def item_page(instruction: str, product: Mapping[str, Any], chosen: Mapping[str, str], query: str) -> Page:
+    """``chosen``: the selected option values by name, in the order they were first chosen;
+    ``query``: the search that led here."""
     elements = [*_instruction(instruction), Element("button", "Back to Search", ("start",)),
                 Element("button", "< Prev", ("prev",))]
     for name, values in product["options"].items():
         elements.append(Element("text", name))
-        elements += [Element("option", v, ("option", name, v), selected=chosen.get(name) == v) for v in values]
+        elements += [Element("option", v, ("option", name, v), selected=shown_as_clicked(v, query, chosen))
+                     for v in values]
     elements += [
         Element("text", product["Title"]),
         Element("text", f"Price: {product['Price']}"),
@@ -127,14 +156,15 @@ def item_page(instruction: str, product: Mapping[str, Any], chosen: Mapping[str,
 
 
 def sub_page(instruction: str, product: Mapping[str, Any], name: str) -> Page:
-    """``description``: the description text; ``features``: one entry per bullet point;
-    ``reviews``: one entry per review field (the official data ships no reviews)."""
+    """``description``: the description text; ``features``: one entry per bullet point, after
+    the space the benchmark's template puts before each; ``reviews``: one entry per review
+    field (the official data ships no reviews)."""
     elements = [*_instruction(instruction), Element("button", "Back to Search", ("start",)),
                 Element("button", "< Prev", ("prev",))]
     if name == "description":
         elements.append(Element("text", product["Description"]))
     elif name == "features":
-        elements += [Element("text", bullet) for bullet in product["BulletPoints"]]
+        elements += [Element("text", f" {bullet}") for bullet in product["BulletPoints"]]
     elif name == "reviews":
         for review in product.get("Reviews") or []:
             elements += [Element("text", str(review.get(key, ""))) for key in ("title", "score", "body")]
@@ -143,14 +173,27 @@ def sub_page(instruction: str, product: Mapping[str, Any], name: str) -> Page:
     return Page(elements)
 
 
+def options_json(options: Mapping[str, str]) -> str:
+    """The chosen options as the done page prints them: Flask's ``tojson`` (sorted keys, ASCII
+    escapes, and ``< > & '`` escaped as ``\\u003c`` etc. to be safe inside HTML)."""
+    text = json.dumps(dict(options), sort_keys=True)
+    for char in "<>&'":
+        text = text.replace(char, f"\\u{ord(char):04x}")
+    return text
+
+
+#: Headings of the done page's hidden purchase and target panels. The benchmark's text env does
+#: not pass their values to the template, so each prints "None" or nothing ("instuction" sic).
+_DONE_PURCHASE_FIELDS = ("attrs", "None", "category", "None", "query", "None", "product category", "None")
+_DONE_TARGET_FIELDS = ("Target", "asin", "options", "attrs", "price upper", "instuction text", "category",
+                       "product category", "query", "Goal ", "None", "Reward")
+
+
 def done_page(asin: str, options: Mapping[str, str], reward: float) -> Page:
-    return Page([
-        Element("text", "Thank you for shopping with us!"),
-        Element("text", "Purchased"),
-        Element("text", "asin"),
-        Element("text", asin),
-        Element("text", "options"),
-        Element("text", str(dict(options))),
-        Element("text", "Your score (min 0.0, max 1.0)"),
-        Element("text", str(reward)),
-    ])
+    texts = [
+        "Thank you for shopping with us!", "Your code: ", "None", " (Paste it in your MTurk interface.)",
+        "Purchased", "asin", asin, "options", options_json(options),
+        *_DONE_PURCHASE_FIELDS, *_DONE_TARGET_FIELDS,
+        "Your score (min 0.0, max 1.0)", str(reward), "Reward Details ", "None",
+    ]
+    return Page([Element("text", text) for text in texts])

@@ -7,12 +7,13 @@ reward = r_type * (attribute matches + option matches + [price ok]) / (n attribu
   that title score is below 0.1; 0 when it is 0.
 * a goal attribute matches a product attribute with token-set ratio > 85, or as a substring
   of the lower-cased Title, joined BulletPoints or Description;
-* a goal option matches a chosen option value with token-set ratio > 85 after colour
-  normalisation;
+* a goal option matches when some chosen option value has token-set ratio > 85 with it, both
+  after colour normalisation (`goal_option_terms` says what a goal option is compared as);
 * price ok: the paid price <= the goal's price_upper.
 
-Fuzzy scores follow ``thefuzz`` (what the benchmark calls): its default processing (ASCII only,
-lower case, non-alphanumerics -> spaces, trimmed) and an integer-rounded score.
+Fuzzy scores follow ``thefuzz`` (what the benchmark calls): its default processing (the
+string form of the argument, characters U+0080..U+00FF removed, lower case, non-alphanumerics
+-> spaces, trimmed) and an integer-rounded score.
 """
 
 from __future__ import annotations
@@ -25,6 +26,10 @@ from rapidfuzz import fuzz
 from rapidfuzz.utils import default_process
 
 FUZZY_THRESHOLD = 85
+#: How goal options are compared with the chosen values. "pairs": as the benchmark does, each
+#: (name, value) pair of the goal's option dict; "values": the goal's option values alone.
+OPTION_MATCHING = ("pairs", "values")
+DEFAULT_OPTION_MATCHING = "pairs"
 #: WebShop's colour words, in its order: a value containing one maps to the first one listed.
 COLOR_SET = (
     "alabaster apricot aqua ash asphalt azure banana beige black blue blush bordeaux bronze brown burgundy camel "
@@ -45,20 +50,30 @@ class POSTaggerUnavailable(RuntimeError):
     """No spaCy English model is installed, so title nouns cannot be tagged."""
 
 
-def fuzzy_token_set_ratio(a: str, b: str) -> int:
-    """thefuzz's ``fuzz.token_set_ratio(a, b)``."""
-    pa = default_process(str(a).encode("ascii", "ignore").decode())
-    pb = default_process(str(b).encode("ascii", "ignore").decode())
+# thefuzz's "force ASCII" deletes only the Latin-1 range; characters above U+00FF stay and are
+# then treated like any other character by the default processing.
+_LATIN1_DELETED = dict.fromkeys(range(128, 256))
+
+
+def fuzzy_token_set_ratio(a: object, b: object) -> int:
+    """thefuzz's ``fuzz.token_set_ratio(a, b)``; a non-string compares as its ``str()``."""
+    pa = default_process(str(a).translate(_LATIN1_DELETED))
+    pb = default_process(str(b).translate(_LATIN1_DELETED))
     if not pa or not pb:
         return 0
     return int(round(fuzz.token_set_ratio(pa, pb, processor=None)))
 
 
-def normalize_color(value: str) -> str:
+def normalize_color(option: str | tuple[str, str]) -> str | tuple[str, str]:
+    """The first of WebShop's colours ``in`` the option, else the option unchanged.
+
+    For a value that is a substring test ("navy blue" -> "blue"); for a (name, value) pair it
+    is a membership test, so a pair only normalises when its name or whole value is a colour.
+    """
     for color in COLOR_SET:
-        if color in value:
+        if color in option:
             return color
-    return value
+    return option
 
 
 def check_pos_tagger() -> None:
@@ -129,40 +144,63 @@ def attribute_matches(product: Mapping[str, Any], goal_attributes: Iterable[str]
     return matches
 
 
-def option_matches(chosen: Iterable[str], goal_values: Iterable[str]) -> int:
+def goal_option_terms(goal_options: Mapping[str, str] | Iterable[str], matching: str) -> list:
+    """What each goal option is compared as: (name, value) pairs or values (see OPTION_MATCHING).
+
+    A goal whose options are a list (human goals' ``instruction_options``) has no names; the
+    benchmark compares its entries as they are, so both matchings use the values.
+    """
+    if matching not in OPTION_MATCHING:
+        raise ValueError(f"option_matching={matching!r}; choose one of {OPTION_MATCHING}")
+    if not isinstance(goal_options, Mapping):
+        return [str(value) for value in goal_options]
+    if matching == "pairs":
+        return list(goal_options.items())
+    return [str(value) for value in goal_options.values()]
+
+
+def option_matches(chosen: Iterable[str], goal_terms: Iterable[str | tuple[str, str]]) -> int:
+    """How many goal options some chosen value matches. A (name, value) term is compared through
+    its string form, e.g. "('size', '8')", as the benchmark's fuzzy match does with the pair."""
     chosen = [normalize_color(str(v)) for v in chosen]
     matches = 0
-    for goal_value in goal_values:
-        goal_value = normalize_color(str(goal_value))
-        if any(fuzzy_token_set_ratio(value, goal_value) > FUZZY_THRESHOLD for value in chosen):
+    for term in goal_terms:
+        term = normalize_color(term)
+        if any(fuzzy_token_set_ratio(value, term) > FUZZY_THRESHOLD for value in chosen):
             matches += 1
     return matches
 
 
 def purchase_reward(
-    product: Mapping[str, Any], goal: Mapping[str, Any], price: float, options: Mapping[str, str]
+    product: Mapping[str, Any],
+    goal: Mapping[str, Any],
+    price: float,
+    options: Mapping[str, str],
+    option_matching: str = DEFAULT_OPTION_MATCHING,
 ) -> tuple[float, dict[str, Any]]:
     """The reward for buying ``product`` at ``price`` with ``options`` ({name: value}) for ``goal``.
 
+    ``option_matching``: "pairs" (the benchmark's reward) or "values" (see OPTION_MATCHING).
     Returns (reward, details): r_type, r_att, r_option (None when the goal has no options),
-    r_price, query_match, category_match, title_score and the weights w_att, w_option, w_price.
+    r_price, query_match, category_match, title_score, the weights w_att, w_option, w_price
+    and option_matching.
     """
     goal_attributes = list(goal["attributes"])
-    goal_options = goal["goal_options"]
-    goal_values = list(goal_options.values()) if isinstance(goal_options, Mapping) else list(goal_options)
+    goal_terms = goal_option_terms(goal["goal_options"], option_matching)
     type_details = type_reward(product, goal)
     n_att = attribute_matches(product, goal_attributes)
-    n_opt = option_matches(options.values(), goal_values)
+    n_opt = option_matches(options.values(), goal_terms)
     price_ok = float(price) <= float(goal["price_upper"])
-    denominator = len(goal_attributes) + len(goal_values) + 1
+    denominator = len(goal_attributes) + len(goal_terms) + 1
     reward = type_details["r_type"] * (n_att + n_opt + int(price_ok)) / denominator
     details = {
         **type_details,
         "r_att": n_att / len(goal_attributes) if goal_attributes else None,
-        "r_option": n_opt / len(goal_values) if goal_values else None,
+        "r_option": n_opt / len(goal_terms) if goal_terms else None,
         "r_price": price_ok,
         "w_att": len(goal_attributes) / denominator,
-        "w_option": len(goal_values) / denominator,
+        "w_option": len(goal_terms) / denominator,
         "w_price": 1 / denominator,
+        "option_matching": option_matching,
     }
     return reward, details

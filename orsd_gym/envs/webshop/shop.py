@@ -15,7 +15,7 @@ from typing import Any
 
 from orsd_gym.envs.webshop import pages
 from orsd_gym.envs.webshop.data import Catalog
-from orsd_gym.envs.webshop.reward import purchase_reward
+from orsd_gym.envs.webshop.reward import DEFAULT_OPTION_MATCHING, purchase_reward
 from orsd_gym.envs.webshop.search import SEARCH_RETURN_N, ProductSearchEngine
 
 # The benchmark's parser: "name[argument]" (greedy, anchored at the start only).
@@ -53,12 +53,22 @@ class SessionState:
 
 
 class ShopSession:
-    """The pages and clicks of one episode for one goal."""
+    """The pages and clicks of one episode for one goal.
 
-    def __init__(self, catalog: Catalog, engine: ProductSearchEngine, goal: Mapping[str, Any]) -> None:
+    ``option_matching`` is passed to `purchase_reward` ("pairs": the benchmark's reward).
+    """
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        engine: ProductSearchEngine,
+        goal: Mapping[str, Any],
+        option_matching: str = DEFAULT_OPTION_MATCHING,
+    ) -> None:
         self.catalog = catalog
         self.engine = engine
         self.goal = goal
+        self.option_matching = option_matching
         self.state = SessionState()
         self.page = self._build_page()
 
@@ -77,7 +87,7 @@ class ShopSession:
             return pages.results_page(self.instruction, shown, len(s.results), s.results_page, s.visited)
         product = self.catalog.by_asin[s.asin]
         if s.page == "item":
-            return pages.item_page(self.instruction, product, s.options)
+            return pages.item_page(self.instruction, product, s.options, s.query)
         if s.page == "subpage":
             return pages.sub_page(self.instruction, product, s.subpage)
         return pages.done_page(s.asin, s.options, s.reward)
@@ -150,7 +160,8 @@ class ShopSession:
     def _buy(self) -> ActionResult:
         s = self.state
         product = self.catalog.by_asin[s.asin]
-        reward, details = purchase_reward(product, self.goal, self.catalog.prices[s.asin], s.options)
+        reward, details = purchase_reward(product, self.goal, self.catalog.prices[s.asin], s.options,
+                                          self.option_matching)
         s.page, s.reward = "done", reward
         details = {**details, "purchased_asin": s.asin, "purchased_options": dict(s.options),
                    "price": self.catalog.prices[s.asin]}
