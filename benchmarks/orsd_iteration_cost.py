@@ -22,8 +22,18 @@ import statistics
 import time
 from dataclasses import dataclass
 
+import gymnasium as gym
 import numpy as np
 import torch
+
+import orsd_gym  # noqa: F401  (registers the envs)
+from orsd_gym.algos import make_algorithm
+from orsd_gym.policies.base import SamplingParams
+from orsd_gym.policies.models import load_policy
+from orsd_gym.rollout import RolloutOptions
+from orsd_gym.rollout.collector import collect
+from orsd_gym.train.config import OptimConfig
+from orsd_gym.train.update import make_optimizer, update_policy
 
 
 @dataclass
@@ -59,27 +69,13 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def run_iteration(algo, policy, trajectories, optimizer, rng_seed: int, micro_batch_tokens: int = 4096) -> Timing:
+def run_iteration(algo, policy, trajectories, optim: OptimConfig, rng_seed: int) -> Timing:
     started = time.perf_counter()
     batch = algo.prepare(trajectories, policy, iteration=0, rng=np.random.default_rng(rng_seed))
     prepare = time.perf_counter() - started
     started = time.perf_counter()
-    indices = list(range(len(batch.trajectories)))
-    optimizer.zero_grad(set_to_none=True)
-    micro, longest = [], 0
-    micro_batches = []
-    for i in indices:  # the trainer's rule: rows x longest row within the token budget
-        n = len(batch.trajectories[i].token_ids)
-        if micro and max(longest, n) * (len(micro) + 1) > micro_batch_tokens:
-            micro_batches.append(micro)
-            micro, longest = [], 0
-        micro.append(i)
-        longest = max(longest, n)
-    micro_batches.append(micro)
-    for micro in micro_batches:
-        loss, _ = algo.loss(policy, batch, micro, minibatch_indices=indices)
-        loss.backward()
-    optimizer.step()
+    optimizer, scheduler = make_optimizer(policy, optim, total_steps=1)
+    update_policy(policy, algo, batch, optimizer, scheduler, optim, seed=rng_seed, iteration=0)
     update = time.perf_counter() - started
     phases = {k: v for k, v in batch.metrics.items() if k.startswith("time/")}
     metrics = {k: v for k, v in batch.metrics.items() if k.startswith("orsd/")}
@@ -89,22 +85,14 @@ def run_iteration(algo, policy, trajectories, optimizer, rng_seed: int, micro_ba
 def main() -> int:
     args = parse_args()
     torch.set_num_threads(args.threads)
-    import gymnasium as gym
-
-    import orsd_gym  # noqa: F401  (registers the envs)
-    from orsd_gym.algos import make_algorithm
-    from orsd_gym.policies.base import SamplingParams
-    from orsd_gym.policies.models import load_policy
-    from orsd_gym.rollout.collector import collect
-
     policy = load_policy(args.model, device=args.device, seed=args.seed)
     verifier = policy.copy_frozen()
     env = gym.make(args.env, **json.loads(args.env_kwargs))
     sampling = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed)
     started = time.perf_counter()
     trajectories = collect(
-        env, policy, list(range(args.tasks)), group_size=args.group_size, sampling=sampling,
-        max_turns=args.max_turns, seed=args.seed, progress=False, action_format=args.action_format,
+        env, policy, list(range(args.tasks)), group_size=args.group_size, sampling=sampling, seed=args.seed,
+        options=RolloutOptions(max_turns=args.max_turns, action_format=args.action_format),
     )
     rollout = time.perf_counter() - started
     tokens = sum(sum(t.loss_mask) for t in trajectories)
@@ -121,12 +109,13 @@ def main() -> int:
         "grpo": lambda: make_algorithm("grpo", common),
         "orsd": lambda: make_algorithm("orsd", {**common, **json.loads(args.orsd)}, verifier=verifier),
     }
+    # The trainer's update: one AdamW step over the batch, micro-batched under the token budget.
+    optim = OptimConfig(lr=1e-6, micro_batch_tokens=4096)
     results: dict[str, list[Timing]] = {name: [] for name in algos}
     for repeat in range(args.repeats):
         for name, build in algos.items():
             policy.load_state_dict(copy.deepcopy(initial_weights))
-            optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=1e-6)
-            results[name].append(run_iteration(build(), policy, trajectories, optimizer, rng_seed=args.seed + repeat))
+            results[name].append(run_iteration(build(), policy, trajectories, optim, rng_seed=args.seed + repeat))
 
     def median(name: str, get) -> float:
         return statistics.median(get(t) for t in results[name])

@@ -1,4 +1,4 @@
-"""Multi-turn rollout throughput: KV-cache reuse (KVSession) vs re-encoding the whole history.
+"""Multi-turn rollout throughput: KV-cache reuse (generation sessions) vs re-encoding the whole history.
 
 A batch of episodes plays 10 turns with smollm2-135m on CPU; each turn samples up to
 ``--new-tokens`` tokens and appends a fixed observation bridge. Both modes use the same seeds and
@@ -15,9 +15,8 @@ import time
 import torch
 
 from orsd_gym.policies.base import SamplingParams
-from orsd_gym.policies.hf import KVSession
 from orsd_gym.policies.models import load_policy
-from orsd_gym.rollout.episode import ChatFormat, SequenceEpisode
+from orsd_gym.rollout.episode import SequenceEpisode
 
 OBSERVATION = (
     "You arrive at cabinet 3. On the cabinet 3, you see a soapbottle 2, a spraybottle 1 and a toiletpaper 1. "
@@ -26,14 +25,13 @@ OBSERVATION = (
 
 
 def play(policy, episodes: int, turns: int, new_tokens: int, reuse: bool) -> tuple[float, list[list[int]], int]:
-    fmt = ChatFormat.from_policy(policy)
     builders = [
-        SequenceEpisode(fmt, [{"role": "system", "content": "You are a household agent. Answer with one action."},
+        SequenceEpisode(policy.chat, [{"role": "system", "content": "You are a household agent. Answer with one action."},
                               {"role": "user", "content": f"Episode {i}. Your task is to: put a soapbottle in toilet.\n"
                                                           + OBSERVATION}])
         for i in range(episodes)
     ]
-    sessions = [KVSession() for _ in builders] if reuse else None
+    sessions = [policy.new_session() for _ in builders] if reuse else None
     encoded = 0
     start = time.perf_counter()
     for turn in range(turns):

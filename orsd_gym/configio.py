@@ -18,14 +18,12 @@ from typing import Any, Literal, TypeVar, get_args, get_origin, get_type_hints
 
 import yaml
 
+from orsd_gym.errors import ConfigError
+
 T = TypeVar("T")
 
 #: Example configs installed with the package, usable by name (``--config alfworld_cpu``).
 SHIPPED_CONFIGS = Path(__file__).resolve().parent / "configs"
-
-
-class ConfigError(ValueError):
-    """A config key or value is invalid; the message names the key."""
 
 
 def from_dict(cls: type[T], data: Mapping[str, Any] | None, *, prefix: str = "") -> T:

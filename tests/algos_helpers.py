@@ -31,7 +31,7 @@ def make_group(
         {"role": "system", "content": "You are an agent. Reply with one action."},
         {"role": "user", "content": f"Your task is to: {task}"},
     ]
-    prompt = policy.render_chat(messages, add_generation_prompt=True)
+    prompt = policy.chat.prompt_tokens(messages)
     n = len(successes)
     params = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
     first = policy.generate([prompt] * n, params)

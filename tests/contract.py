@@ -1,4 +1,4 @@
-"""Reusable checks of DESIGN.md's text-env contract; every env's tests call these."""
+"""Reusable checks of the text-env contract (`orsd_gym.envs.base`); every env's tests call these."""
 
 from __future__ import annotations
 

@@ -16,10 +16,10 @@ from contract import (
 )
 
 import orsd_gym  # noqa: F401
-from orsd_gym.envs.alfworld import TASK_TYPES, GeneratorConfig, UnknownTaskTypeError
+from orsd_gym.envs.alfworld import TASK_TYPES, GeneratorConfig
 from orsd_gym.envs.alfworld.expert import play_expert
-from orsd_gym.envs.alfworld.official import ALFWorldDataNotFoundError
 from orsd_gym.envs.alfworld.pool import GeneratedTaskPool
+from orsd_gym.errors import ALFWorldDataNotFoundError, UnknownTaskTypeError
 
 ALF = "orsd_gym/ALFWorld-v0"
 # Small rooms keep the planner fast; 2 tasks per type (task k has type TASK_TYPES[k % 6]).

@@ -8,12 +8,13 @@ import json
 import numpy as np
 import pytest
 import torch
-
 from algos_helpers import make_group
+
 from orsd_gym.algos import make_algorithm
-from orsd_gym.algos.orsd.replay import ReplayError, replay_deltas
+from orsd_gym.algos.orsd.replay import replay_deltas
 from orsd_gym.algos.orsd.shaping import shape_advantages
 from orsd_gym.algos.orsd.verifier import Judgement, Verifier
+from orsd_gym.errors import ReplayError
 
 torch.set_num_threads(1)
 
@@ -206,11 +207,9 @@ def test_orsd_on_collector_rollouts(policy, layout):
     """The rollout collector's real layouts replay exactly, and a full ORSD update runs on them."""
     from orsd_gym.policies.base import SamplingParams
     from orsd_gym.rollout.collector import collect
+    from orsd_gym.rollout.options import RolloutOptions
 
-    trajectories = collect(
-        "orsd_gym/GuessNumber-v0", policy, [0, 1], group_size=3, max_turns=2, layout=layout,
-        sampling=SamplingParams(max_new_tokens=6, temperature=1.0, seed=0), seed=0,
-    )
+    trajectories = collect("orsd_gym/GuessNumber-v0", policy, [0, 1], group_size=3, sampling=SamplingParams(max_new_tokens=6, temperature=1.0, seed=0), seed=0, options=RolloutOptions(max_turns=2, layout=layout))
     forced = replay_deltas(policy, trajectories, [""] * len(trajectories), force_score=True)
     assert max(float(d.abs().max()) for d in forced) < 1e-4
     # A random model never wins: the test gives the first attempt of each group a win.

@@ -7,8 +7,8 @@ import json
 import pytest
 import torch
 
+from orsd_gym.errors import CheckpointError
 from orsd_gym.train.checkpoint import (
-    CheckpointError,
     CorruptCheckpointWarning,
     join_optimizer_state,
     latest_good_checkpoint,

@@ -16,7 +16,8 @@ from contract import (
 )
 
 import orsd_gym  # noqa: F401
-from orsd_gym.envs import StepOutcome, TaskSelectionError, TextEnv, UnicodeText, register_text_env, registered_text_envs
+from orsd_gym.envs import StepOutcome, TextEnv, UnicodeText, register_text_env, registered_text_envs
+from orsd_gym.errors import TaskSelectionError
 
 GUESS = "orsd_gym/GuessNumber-v0"
 

@@ -9,8 +9,7 @@ import pytest
 import torch
 
 from orsd_gym.algos import GRPOConfig, algorithm_config_class, make_algorithm
-from orsd_gym.algos.base import UnknownAlgorithmError, coerce_config
-from orsd_gym.configio import ConfigError
+from orsd_gym.algos.base import coerce_config
 from orsd_gym.algos.grpo import (
     aggregate,
     broadcast_advantage,
@@ -20,6 +19,7 @@ from orsd_gym.algos.grpo import (
     ppo_clip_loss,
 )
 from orsd_gym.algos.rewards import RewardConfig, trajectory_reward
+from orsd_gym.errors import ConfigError, UnknownAlgorithmError
 from orsd_gym.rollout.trajectory import Trajectory, TurnSpan
 
 

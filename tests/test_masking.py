@@ -6,11 +6,14 @@ import copy
 
 import pytest
 
+from orsd_gym.errors import ChatTemplateError
+
 pytest.importorskip("torch")
 
 from orsd_gym.policies.base import Completion, SamplingParams  # noqa: E402
 from orsd_gym.rollout.actions import choose_action, extract_last_line, extract_tag, get_parser  # noqa: E402
-from orsd_gym.rollout.episode import ChatFormat, ChatTemplateError, PerStepEpisode, SequenceEpisode  # noqa: E402
+from orsd_gym.policies.chat import ChatRenderer  # noqa: E402
+from orsd_gym.rollout.episode import PerStepEpisode, SequenceEpisode  # noqa: E402
 
 # Qwen3's chat template (tool branches omitted: rollouts send no tools), written from its published format.
 QWEN3_TEMPLATE = """{%- if messages[0].role == 'system' %}{{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}{%- endif %}
@@ -49,14 +52,14 @@ def qwen3_tokenizer(policy):
     return tokenizer
 
 
-def _scripted(fmt: ChatFormat, text: str, *, eos: bool) -> Completion:
+def _scripted(fmt: ChatRenderer, text: str, *, eos: bool) -> Completion:
     ids = fmt.encode(text)
     if eos:
         ids.append(fmt.tokenizer.convert_tokens_to_ids("<|im_end|>"))
     return Completion(ids, [-0.5] * len(ids), text, "eos" if eos else "stop")
 
 
-def _play(fmt: ChatFormat, turns: list[Completion], observations: list[str]) -> SequenceEpisode:
+def _play(fmt: ChatRenderer, turns: list[Completion], observations: list[str]) -> SequenceEpisode:
     episode = SequenceEpisode(fmt, [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Start."}])
     previous = list(episode.context())
     for completion, obs in zip(turns, observations):
@@ -68,7 +71,7 @@ def _play(fmt: ChatFormat, turns: list[Completion], observations: list[str]) -> 
     return episode
 
 
-def _check_invariants(fmt: ChatFormat, episode: SequenceEpisode, turns: list[Completion], observations: list[str]):
+def _check_invariants(fmt: ChatRenderer, episode: SequenceEpisode, turns: list[Completion], observations: list[str]):
     sample = episode.sample
     assert len(sample.token_ids) == len(sample.loss_mask) == len(sample.logprobs)
     assert sample.spans[0].start == 0 and sample.spans[-1].end == len(sample.token_ids)
@@ -90,7 +93,7 @@ def _check_invariants(fmt: ChatFormat, episode: SequenceEpisode, turns: list[Com
 
 
 def test_smollm2_chatml_bridges(policy):
-    fmt = ChatFormat.from_policy(policy)
+    fmt = policy.chat
     turns = [_scripted(fmt, "<action>open door</action>", eos=False), _scripted(fmt, "I go. <action>north</action>", eos=True)]
     observations = ["The door is locked.", "You are in a hall, see 2 doors."]
     episode = _play(fmt, turns, observations)
@@ -104,12 +107,12 @@ def test_smollm2_chatml_bridges(policy):
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Start."}]
     for turn, obs in zip(turns, observations):
         messages += [{"role": "assistant", "content": turn.text}, {"role": "user", "content": obs}]
-    assert text == fmt.render_text(messages, add_generation_prompt=True)
+    assert text == fmt.render_text(messages)
 
 
 @pytest.mark.parametrize("thinking", [True, False])
 def test_qwen3_template_with_thinking_tags(qwen3_tokenizer, thinking):
-    fmt = ChatFormat(qwen3_tokenizer, {"enable_thinking": thinking})
+    fmt = ChatRenderer(qwen3_tokenizer, {"enable_thinking": thinking})
     turns = [
         _scripted(fmt, "<think>\nThe key opens it.\n</think>\n\n<action>use key</action>", eos=True),
         _scripted(fmt, "<think>\nGo on.\n</think>\n\n<action>go east</action>", eos=False),
@@ -126,7 +129,7 @@ def test_qwen3_template_with_thinking_tags(qwen3_tokenizer, thinking):
 
 
 def test_real_sampled_turns_keep_masks(policy):
-    fmt = ChatFormat.from_policy(policy)
+    fmt = policy.chat
     episode = SequenceEpisode(fmt, [{"role": "system", "content": "Play."}, {"role": "user", "content": "Go."}])
     turns, observations = [], ["You see a key.", "Nothing happens."]
     for step, obs in enumerate(observations):
@@ -145,7 +148,7 @@ def test_real_sampled_turns_keep_masks(policy):
 
 
 def test_per_step_layout(policy):
-    fmt = ChatFormat.from_policy(policy)
+    fmt = policy.chat
     render = lambda recent, obs, info: f"history={recent} now={obs}"  # noqa: E731
     episode = PerStepEpisode(fmt, "Play.", "first", render, history=1, first_observation="o0")
     for k in range(3):
@@ -178,4 +181,4 @@ def test_template_without_content_passthrough(policy):
     tokenizer = copy.deepcopy(policy.tokenizer)
     tokenizer.chat_template = "{% for m in messages %}{{ m['role'] }}{% endfor %}"
     with pytest.raises(ChatTemplateError, match="verbatim"):
-        ChatFormat(tokenizer).bridge_text("obs")
+        ChatRenderer(tokenizer).bridge_text("obs")

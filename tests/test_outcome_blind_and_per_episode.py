@@ -22,8 +22,9 @@ from orsd_gym.policies.base import SamplingParams
 from orsd_gym.policies.hf import HFPolicy
 from orsd_gym.policies.models import load_policy
 from orsd_gym.rollout.collector import TaskSpec, collect
+from orsd_gym.rollout.options import RolloutOptions
 from orsd_gym.train.config import load_config
-from orsd_gym.train.stats import rollout_stats
+from orsd_gym.rollout.stats import rollout_stats
 from orsd_gym.train.trainer import Trainer
 
 GUESS = "orsd_gym/GuessNumber-v0"
@@ -36,8 +37,7 @@ def _guess_teacher(info):
 
 def _two_episodes(policy, layout):
     """One episode won in 1 step (task 4) and one lost after 3 steps (task 19, number 20)."""
-    return collect(GUESS, policy, [TaskSpec(0, 4), TaskSpec(0, 19)], group_size=1, max_turns=3,
-                   layout=layout, teacher=_guess_teacher, num_envs=1, action_format="last_line")
+    return collect(GUESS, policy, [TaskSpec(0, 4), TaskSpec(0, 19)], group_size=1, teacher=_guess_teacher, num_envs=1, options=RolloutOptions(max_turns=3, layout=layout, action_format="last_line"))
 
 
 # --------------------------------------------------------------------------- 2. no outcome for the judges
@@ -67,7 +67,7 @@ def test_webshop_score_page_never_reaches_the_judges(policy):
         products = [a for a in actions if a.startswith("click[") and a[6:-1].isalnum() and len(a) == 17]
         return "click[buy now]" if "click[buy now]" in actions else products[0]
 
-    (attempt,) = collect(env, policy, [TaskSpec(0, 0)], group_size=1, max_turns=5, teacher=shopper, num_envs=1)
+    (attempt,) = collect(env, policy, [TaskSpec(0, 0)], group_size=1, teacher=shopper, num_envs=1, options=RolloutOptions(max_turns=5))
     env.close()
     assert attempt.terminated and "Your score" in attempt.observations[-1]
     assert "score" not in render_attempt(attempt, max_obs_chars=10_000).lower()
@@ -145,8 +145,7 @@ def test_update_runs_in_train_mode_so_lora_dropout_acts(tmp_path, monkeypatch):
 
 def test_bf16_delta_baseline_is_rescored(policy):
     bf16 = load_policy("tiny-random", dtype="bfloat16", seed=0)
-    samples = collect(GUESS, bf16, [TaskSpec(1, 3)], group_size=2, max_turns=2,
-                      sampling=SamplingParams(max_new_tokens=6), action_format="last_line")
+    samples = collect(GUESS, bf16, [TaskSpec(1, 3)], group_size=2, sampling=SamplingParams(max_new_tokens=6), options=RolloutOptions(max_turns=2, action_format="last_line"))
     empty = [""] * len(samples)  # the privileged prompt is the original one: delta must be 0
     rollout = replay_deltas(bf16, samples, empty, baseline="rollout", force_score=True)
     rescore = replay_deltas(bf16, samples, empty, baseline="rescore", force_score=True)
@@ -162,5 +161,5 @@ def test_judges_render_with_thinking_off(policy):
     qwen = HFPolicy(policy.model, tokenizer, chat_template_kwargs={"enable_thinking": True})
     context = tokenizer.decode(Verifier(qwen).context(Judgement("t", "a", "c")))
     assert context.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
-    rollout_prompt = tokenizer.decode(qwen.render_chat([{"role": "user", "content": "x"}], add_generation_prompt=True))
+    rollout_prompt = tokenizer.decode(qwen.chat.prompt_tokens([{"role": "user", "content": "x"}]))
     assert rollout_prompt.endswith("<|im_start|>assistant\n")  # rollouts keep the policy's own setting

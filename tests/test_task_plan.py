@@ -9,8 +9,9 @@ from resumable_env import ENV_ID as VOWEL_ENV
 
 from orsd_gym.configio import SHIPPED_CONFIGS
 from orsd_gym.envs.alfworld.generator import is_held_out_floor_plan
+from orsd_gym.errors import TaskPlanError
 from orsd_gym.train.config import load_config
-from orsd_gym.train.plan import TaskPlanError, build_task_plan, task_plan
+from orsd_gym.train.plan import build_task_plan, task_plan
 from orsd_gym.train.trainer import Trainer
 
 GUESS = ["env.id=orsd_gym/GuessNumber-v0", "rollout.tasks_per_iteration=4", "eval.num_tasks=4", "train.iterations=5"]
@@ -112,7 +113,7 @@ def test_every_shipped_config_plans_disjoint_distinct_evaluation(name, request, 
 def test_the_trainer_runs_exactly_its_plan(tmp_path):
     config = load_config(None, [
         "model.name=tiny-random", f"env.id={VOWEL_ENV}", "rollout.tasks_per_iteration=2", "rollout.group_size=2",
-        "rollout.max_turns=1", "rollout.max_new_tokens=4", "rollout.options={action_format: last_line}",
+        "rollout.max_turns=1", "rollout.max_new_tokens=4", "rollout.action_format=last_line",
         "eval.num_tasks=2", "eval.every=1", "train.iterations=2", "train.threads=1",
         f"train.output_dir={tmp_path}", "logging.live=false", "logging.tensorboard=false",
     ])

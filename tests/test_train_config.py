@@ -8,8 +8,8 @@ from typing import Literal
 import pytest
 
 from orsd_gym import configio
+from orsd_gym.errors import ConfigError
 from orsd_gym.train.config import Config
-from orsd_gym.configio import ConfigError
 
 
 @dataclass

@@ -14,8 +14,9 @@ import pytest
 import torch
 from resumable_env import ENV_ID
 
+from orsd_gym.errors import ConfigError
 from orsd_gym.train.checkpoint import latest_good_checkpoint
-from orsd_gym.train.config import ConfigError, load_config
+from orsd_gym.train.config import load_config
 from orsd_gym.train.metrics import read_metrics
 from orsd_gym.train.plan import task_plan
 from orsd_gym.train.trainer import Trainer
@@ -29,7 +30,7 @@ VOWEL_RUN = [
     "rollout.group_size=3",
     "rollout.max_turns=1",
     "rollout.max_new_tokens=8",
-    "rollout.options={action_format: last_line}",
+    "rollout.action_format=last_line",
     "algo.params={reward: {outcome: return}}",
     "optim.lr=0.01",
     "eval.every=2",

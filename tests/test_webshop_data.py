@@ -9,7 +9,6 @@ import pytest
 
 from orsd_gym.envs.webshop.data import (
     DUMMY_ATTRIBUTE,
-    WebShopDataError,
     build_catalog,
     catalog_files,
     load_catalog,
@@ -18,16 +17,10 @@ from orsd_gym.envs.webshop.data import (
     process_products,
     resolve_data_dir,
 )
-from orsd_gym.envs.webshop.goals import (
-    NO_PRICE_LIMIT,
-    GoalError,
-    build_goals,
-    price_constraint,
-    split_goals,
-    validate_goal,
-)
-from orsd_gym.envs.webshop.jsonstream import JSONStreamError, iter_json_array, iter_json_object
+from orsd_gym.envs.webshop.goals import NO_PRICE_LIMIT, build_goals, price_constraint, split_goals, validate_goal
+from orsd_gym.envs.webshop.jsonstream import iter_json_array, iter_json_object
 from orsd_gym.envs.webshop.synthetic import synthetic_catalog_data, synthetic_records, write_synthetic_data
+from orsd_gym.errors import GoalError, JSONStreamError, WebShopDataError
 
 PROCESSED_FIELDS = {
     "asin", "name", "category", "query", "product_category", "Title", "Description", "BulletPoints", "Reviews",

@@ -16,11 +16,10 @@ from contract import (
 )
 
 import orsd_gym  # noqa: F401
-from orsd_gym.envs import TaskSelectionError
 from orsd_gym.envs.webshop.env import CUSTOM_GOAL_ID
-from orsd_gym.envs.webshop.goals import GoalError
 from orsd_gym.envs.webshop.pages import options_json, shown_as_clicked
 from orsd_gym.envs.webshop.shop import SEARCH_TEMPLATE
+from orsd_gym.errors import GoalError, TaskSelectionError
 
 ENV_ID = "orsd_gym/WebShop-v0"
 

@@ -7,7 +7,6 @@ from orsd_gym.algos.base import (
     ALGORITHMS,
     Algorithm,
     PreparedBatch,
-    UnknownAlgorithmError,
     algorithm_config_class,
     make_algorithm,
     register_algorithm,
@@ -15,6 +14,7 @@ from orsd_gym.algos.base import (
 from orsd_gym.algos.grpo import GRPO, GRPOConfig
 from orsd_gym.algos.orsd import ORSD, ORSDConfig
 from orsd_gym.algos.rewards import RewardConfig, trajectory_reward
+from orsd_gym.errors import UnknownAlgorithmError
 
 __all__ = [
     "ALGORITHMS",

@@ -17,15 +17,9 @@ import numpy as np
 import torch
 
 from orsd_gym import configio
+from orsd_gym.errors import UnknownAlgorithmError
 from orsd_gym.policies.base import Policy
 from orsd_gym.rollout.trajectory import Trajectory
-
-
-class UnknownAlgorithmError(KeyError):
-    """`make_algorithm` was asked for a name that is not registered."""
-
-    def __str__(self) -> str:  # KeyError quotes its message; keep it readable
-        return str(self.args[0])
 
 
 @dataclass
@@ -57,10 +51,9 @@ class Algorithm(ABC):
     """Advantages + loss over groups of trajectories. Subclasses set `name` and `config_class`."""
 
     name: ClassVar[str]
-    #: A dataclass whose field defaults are the documented defaults of the algorithm.
+    #: A dataclass whose field defaults are the documented defaults of the algorithm; its
+    #: ``needs_reference`` / ``needs_verifier`` say which frozen policies to pass.
     config_class: ClassVar[type]
-    #: True when the trainer must pass a frozen ``verifier`` policy (ORSD).
-    uses_verifier: ClassVar[bool] = False
 
     def __init__(self, config: Any = None, *, reference: Policy | None = None, verifier: Policy | None = None) -> None:
         self.config = coerce_config(self.config_class, config)

@@ -58,6 +58,16 @@ class GRPOConfig:
         if self.temperature <= 0:
             raise ValueError(f"temperature must be > 0 (greedy rollouts have no usable log-probs), got {self.temperature}")
 
+    @property
+    def needs_reference(self) -> bool:
+        """A frozen reference policy is needed (for the KL term)."""
+        return self.kl_coef > 0
+
+    @property
+    def needs_verifier(self) -> bool:
+        """A frozen verifier policy is needed (ORSD's judge)."""
+        return False
+
 
 # --------------------------------------------------------------------------- equations
 

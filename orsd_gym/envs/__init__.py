@@ -4,9 +4,10 @@ Importing this package registers the built-in envs with lazy entry points; it im
 an env's engine (TextWorld, the WebShop catalog) nor torch.
 """
 
-from orsd_gym.envs.base import StepOutcome, TaskSelectionError, TextEnv
+from orsd_gym.envs.base import StepOutcome, TextEnv
 from orsd_gym.envs.registry import TextEnvInfo, register_text_env, registered_text_envs
 from orsd_gym.envs.spaces import UnicodeText
+from orsd_gym.errors import TaskSelectionError
 
 register_text_env(
     "ALFWorld",

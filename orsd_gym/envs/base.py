@@ -25,6 +25,7 @@ from typing import Any
 import gymnasium as gym
 
 from orsd_gym.envs.spaces import UnicodeText, drop_non_text_characters
+from orsd_gym.errors import TaskSelectionError
 
 MAX_OBSERVATION_CHARS = 32_768
 MAX_ACTION_CHARS = 2_048
@@ -34,14 +35,6 @@ MAX_ACTION_CHARS = 2_048
 #: score, "you won") although the episode goes on; rubric writers and verifiers never read it.
 #: The observation after the step that terminated an episode is hidden from them anyway.
 REVEALS_OUTCOME = "reveals_outcome"
-
-
-class TaskSelectionError(ValueError):
-    """A reset asked for a task that does not exist (bad ``task_id`` or empty task list)."""
-
-
-class TaskSplitError(ValueError):
-    """Constructor arguments that would train on an env's held-out evaluation tasks."""
 
 
 @dataclass(frozen=True)

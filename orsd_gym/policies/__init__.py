@@ -8,17 +8,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from orsd_gym.errors import ModelNotFoundError
 from orsd_gym.policies.base import Completion, Policy, SamplingParams
 
 _LAZY = {
     "load_policy": "orsd_gym.policies.models",
-    "ModelNotFoundError": "orsd_gym.policies.models",
     "HFPolicy": "orsd_gym.policies.hf",
     "KVSession": "orsd_gym.policies.hf",
     "LoRASettings": "orsd_gym.policies.hf",
 }
 
-__all__ = ["Completion", "Policy", "SamplingParams", *_LAZY]
+__all__ = ["Completion", "ModelNotFoundError", "Policy", "SamplingParams", *_LAZY]
 
 
 def __getattr__(name: str) -> Any:

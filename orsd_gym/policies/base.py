@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 if TYPE_CHECKING:  # keep `import orsd_gym.policies.base` free of torch
     import torch
 
+    from orsd_gym.policies.chat import ChatRenderer
+
 FinishReason = Literal["stop", "eos", "length"]
 
 
@@ -52,27 +54,38 @@ class Completion:
 
 @runtime_checkable
 class Policy(Protocol):
-    """What algorithms and rollouts may ask of a model."""
+    """Everything algorithms and rollouts may ask of a model; a backend implements all of it.
+
+    Multi-turn rollouts keep one *session* per episode (`new_session`): an opaque handle the
+    backend may use to reuse the work of the episode's previous turns (the transformers backend
+    keeps the prefix's keys and values, so a turn encodes only the tokens added since). A
+    session is never wrong, only more or less useful: generating without one gives the same
+    tokens for the same seed.
+    """
 
     @property
     def tokenizer(self) -> Any:
         """A Hugging Face-style tokenizer (``encode``/``decode``/``apply_chat_template``)."""
 
     @property
+    def chat(self) -> ChatRenderer:
+        """The model's chat template with the policy's template settings (thinking on/off)."""
+
+    @property
     def dtype(self) -> torch.dtype:
         """The dtype the model computes in (float32 makes cached decoding and scoring agree)."""
 
-    def render_chat(
-        self, messages: Sequence[dict[str, str]], *, add_generation_prompt: bool, thinking: bool | None = None
-    ) -> list[int]:
-        """Token ids of ``messages`` rendered with the model's chat template.
+    @property
+    def max_positions(self) -> int:
+        """The longest token sequence the model can attend over (context plus generation)."""
 
-        ``thinking`` turns the template's reasoning switch (Qwen3's ``enable_thinking``) on or
-        off where it has one; None keeps the policy's own setting (what rollouts use).
-        """
+    def new_session(self) -> Any:
+        """A fresh generation session for one multi-turn episode (see the class docstring)."""
 
-    def generate(self, contexts: Sequence[Sequence[int]], params: SamplingParams) -> list[Completion]:
-        """Sample one completion per context (batched)."""
+    def generate(
+        self, contexts: Sequence[Sequence[int]], params: SamplingParams, *, sessions: Sequence[Any] | None = None
+    ) -> list[Completion]:
+        """Sample one completion per context (batched); ``sessions``: one per context, or None."""
 
     def score(
         self,

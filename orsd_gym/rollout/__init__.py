@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from orsd_gym.rollout.options import RolloutOptions
 from orsd_gym.rollout.trajectory import Trajectory, TurnSpan, group_by, load_jsonl, save_jsonl
 
-__all__ = ["Trajectory", "TurnSpan", "group_by", "load_jsonl", "save_jsonl", "collect", "TaskSpec"]
+__all__ = ["RolloutOptions", "Trajectory", "TurnSpan", "group_by", "load_jsonl", "save_jsonl", "collect", "TaskSpec"]
 
 
 def __getattr__(name: str) -> Any:

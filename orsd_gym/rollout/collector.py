@@ -5,34 +5,42 @@ A *task* is an ``int`` (a reset seed: the env picks the task from it, as in trai
 episodes of a task reset with the same seed and options (a GRPO group, ``group_id`` = the task's
 index in ``tasks``) and differ only by sampling noise.
 
-All active episodes generate in one batch per round (each keeps a `KVSession`, so a turn
-encodes only the tokens added since its previous turn); their envs are then stepped together.
+A rollout runs in rounds, each three phases you can read on their own (`_Rollout`):
+
+1. admit   start pending episodes on free env slots;
+2. generate  one batched `Policy.generate` call per distinct per-turn token limit for all active
+           episodes (each keeps a generation session, so a turn encodes only the tokens added
+           since its previous turn);
+3. step    parse each turn into an action, step the envs together, record what they said and
+           retire finished episodes.
+
 Sampling seeds derive from ``seed`` and the round number, so a call is deterministic given its
-arguments. Budgets: ``max_turns``, ``sampling.max_new_tokens`` per turn and
-``max_episode_tokens`` per sample; an episode cut by any of them is returned with
-``truncated=True``, never dropped.
+arguments. Budgets (`RolloutOptions.max_turns`, `SamplingParams.max_new_tokens` per turn and
+`RolloutOptions.max_episode_tokens` per sample) end an episode with ``truncated=True``; it is
+returned, never dropped.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import inspect
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from orsd_gym.policies.base import Completion, Policy, SamplingParams
 from orsd_gym.rollout import prompts
-from orsd_gym.rollout.actions import ActionParser, choose_action, get_parser
+from orsd_gym.rollout.actions import choose_action, get_parser
 from orsd_gym.rollout.envpool import EnvSlots
-from orsd_gym.rollout.episode import ChatFormat, PerStepEpisode, SequenceEpisode
+from orsd_gym.rollout.episode import PerStepEpisode, SequenceEpisode
+from orsd_gym.rollout.options import RolloutOptions
 from orsd_gym.rollout.trajectory import Trajectory
 
-LAYOUTS = ("sequence", "per_step")
+#: Env slots played side by side when ``num_envs`` is not given (at most one per episode).
+DEFAULT_NUM_ENVS = 16
 
 
 @dataclass(frozen=True)
@@ -53,7 +61,6 @@ class _Episode:
     builder: Any = None
     session: Any = None
     task: str = ""
-    prompt_messages: list[dict[str, str]] = field(default_factory=list)
     observations: list[str] = field(default_factory=list)
     infos: list[dict[str, Any]] = field(default_factory=list)
     rewards: list[float] = field(default_factory=list)
@@ -66,6 +73,10 @@ class _Episode:
     cut_by: str = ""
     won: bool = False
     reused_tokens: int = 0
+
+    @property
+    def finished(self) -> bool:
+        return self.terminated or self.truncated
 
 
 def json_safe(value: Any) -> Any:
@@ -91,12 +102,6 @@ def expert_teacher(info: dict[str, Any]) -> str:
     return str(plan[0])
 
 
-def _teacher_completion(fmt: ChatFormat, policy: Policy, text: str) -> Completion:
-    eos = policy.tokenizer.eos_token_id
-    tokens = fmt.encode(text) + ([int(eos)] if eos is not None else [])
-    return Completion(tokens, [0.0] * len(tokens), text, "eos" if eos is not None else "length")
-
-
 def _as_task(task: int | TaskSpec | dict[str, Any]) -> TaskSpec:
     if isinstance(task, TaskSpec):
         return task
@@ -112,35 +117,27 @@ def _round_seed(seed: int, round_index: int) -> int:
 
 
 def collect(
-    env: str | gym.Env | gym.vector.VectorEnv,
+    env: str | gym.Env | gym.vector.VectorEnv | list[gym.Env],
     policy: Policy,
     tasks: Sequence[int | TaskSpec],
     *,
     group_size: int = 4,
     sampling: SamplingParams | None = None,
-    max_turns: int | None = None,
-    max_episode_tokens: int = 4096,
+    options: RolloutOptions | None = None,
     seed: int = 0,
-    progress: bool = False,
-    layout: str = "sequence",
-    history: int = 3,
-    action_format: str | ActionParser = "tag",
-    on_unparsable: str = "as_is",
-    noop_action: str | None = None,
     num_envs: int | None = None,
-    kv_cache: bool = True,
-    env_prompt: prompts.EnvPrompt | None = None,
     env_kwargs: dict[str, Any] | None = None,
+    env_prompt: prompts.EnvPrompt | None = None,
     teacher: Callable[[dict[str, Any]], str] | None = None,
+    progress: bool = False,
 ) -> list[Trajectory]:
     """Roll out ``group_size`` episodes per task; see the module docstring.
 
-    ``env`` is an env id (``num_envs`` copies are made and closed here), a `gymnasium.Env`
-    (copies are made from its spec) or a `VectorEnv` (used as is, one slot per sub-env).
-    ``layout="per_step"`` returns one Trajectory per step (``step`` = 0, 1, ...; all with the
-    episode's ``episode_id``), each a fresh prompt of the task, the last ``history`` steps and
-    the current observation; the episode's rewards, actions and observations are repeated on
-    every step sample.
+    ``env`` is an env id (``num_envs`` copies are made with ``env_kwargs`` and closed here), a
+    `gymnasium.Env` (copies are made from its spec), a list of envs or a `VectorEnv` (used as
+    is, one slot per env). In the per-step layout each step is its own Trajectory (``step`` =
+    0, 1, ...; all share the episode's ``episode_id``) and repeats the episode's rewards,
+    actions and observations.
 
     ``teacher`` (e.g. `expert_teacher` on an env made with ``expert=True``) replaces sampling:
     each model turn is the teacher's action for the latest info, tokenised and closed with the
@@ -149,138 +146,167 @@ def collect(
     """
     if group_size < 1:
         raise ValueError(f"group_size must be >= 1, got {group_size}")
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout={layout!r}; choose one of {LAYOUTS}")
-    if max_turns is not None and max_turns < 1:
-        raise ValueError(f"max_turns must be >= 1, got {max_turns}")
-    if max_episode_tokens < 2:
-        raise ValueError(f"max_episode_tokens must be >= 2, got {max_episode_tokens}")
-    if on_unparsable not in ("as_is", "noop"):
-        raise ValueError(f"on_unparsable={on_unparsable!r}; choose 'as_is' or 'noop'")
+    options = options or RolloutOptions()
     specs = [_as_task(t) for t in tasks]
-    sampling = sampling or SamplingParams()
-    parser = get_parser(action_format)
-    stop = tuple(dict.fromkeys((*sampling.stop, *parser.stop)))
-    token_budget = min(max_episode_tokens, getattr(policy, "max_positions", math.inf))
-
     episodes = [
         _Episode(g * group_size + k, g, spec.seed, spec.task_id) for g, spec in enumerate(specs) for k in range(group_size)
     ]
     if not episodes:
         return []
-    slots = EnvSlots(env, min(num_envs or 16, len(episodes)))
-    env_id = slots.env_id
-    prompt = env_prompt or prompts.env_prompt(env_id)
-    if parser.numbered_choices and not prompt.numbered:
-        prompt = dataclasses.replace(prompt, numbered=True)
-    noop = prompt.noop_action if noop_action is None else noop_action
-    fmt = ChatFormat.from_policy(policy)
-    use_sessions = kv_cache and "sessions" in inspect.signature(policy.generate).parameters
-    system = prompts.system_prompt(prompt, parser.format_instructions)
+    slots = EnvSlots(env, min(num_envs or DEFAULT_NUM_ENVS, len(episodes)), env_kwargs)
+    bar = _Progress(len(episodes), enabled=progress)
+    try:
+        rollout = _Rollout(slots, policy, sampling or SamplingParams(), options, env_prompt, teacher, seed)
+        pending = list(episodes)
+        while pending or rollout.active:
+            rollout.admit(pending)
+            rollout.generate_round()
+            for episode in rollout.step_round():
+                bar.advance(episode.won)
+    finally:
+        bar.close()
+        slots.close()
+    return [t for episode in episodes for t in _to_trajectories(episode, slots.env_id or "", options.layout)]
 
-    def start(episode: _Episode, slot: int) -> None:
+
+class _Rollout:
+    """The state of one `collect` call between rounds, and its three phases."""
+
+    def __init__(
+        self,
+        slots: EnvSlots,
+        policy: Policy,
+        sampling: SamplingParams,
+        options: RolloutOptions,
+        env_prompt: prompts.EnvPrompt | None,
+        teacher: Callable[[dict[str, Any]], str] | None,
+        seed: int,
+    ) -> None:
+        self.slots = slots
+        self.policy = policy
+        self.sampling = sampling
+        self.options = options
+        self.teacher = teacher
+        self.seed = seed
+        self.parser = get_parser(options.action_format)
+        self.stop = tuple(dict.fromkeys((*sampling.stop, *self.parser.stop)))
+        self.token_budget = min(options.max_episode_tokens, policy.max_positions)
+        prompt = env_prompt or prompts.env_prompt(slots.env_id)
+        if self.parser.numbered_choices and not prompt.numbered:
+            prompt = dataclasses.replace(prompt, numbered=True)
+        self.prompt = prompt
+        self.noop = prompt.noop_action if options.noop_action is None else options.noop_action
+        self.system = prompts.system_prompt(prompt, self.parser.format_instructions)
+        self.active: list[_Episode] = []
+        self.free = list(range(slots.n))
+        self.round_index = 0
+
+    # ------------------------------------------------------------------ 1. admit
+    def admit(self, pending: list[_Episode]) -> None:
+        """Start pending episodes (in order) on free slots."""
+        while pending and self.free:
+            episode = pending.pop(0)
+            self._start(episode, self.free.pop(0))
+            self.active.append(episode)
+
+    def _start(self, episode: _Episode, slot: int) -> None:
         options = {} if episode.task_id is None else {"task_id": episode.task_id}
-        observation, info = slots.reset(slot, episode.seed, options)
+        observation, info = self.slots.reset(slot, episode.seed, options)
         episode.slot = slot
         episode.task = str(info.get("task", ""))
         episode.task_id = int(info.get("task_id", episode.task_id if episode.task_id is not None else -1))
         episode.observations.append(observation)
         episode.infos.append(json_safe(info))
-        first = prompts.first_message(prompt, observation, info)
-        episode.prompt_messages = [{"role": "system", "content": system}, {"role": "user", "content": first}]
-        if layout == "sequence":
-            episode.builder = SequenceEpisode(fmt, episode.prompt_messages)
+        first = prompts.first_message(self.prompt, observation, info)
+        if self.options.layout == "sequence":
+            messages = [{"role": "system", "content": self.system}, {"role": "user", "content": first}]
+            episode.builder = SequenceEpisode(self.policy.chat, messages)
         else:
-            render = lambda recent, obs, inf, task=episode.task: prompts.per_step_message(prompt, task, recent, obs, inf)  # noqa: E731
-            episode.builder = PerStepEpisode(fmt, system, first, render, history, observation)
-        if use_sessions:
-            from orsd_gym.policies.hf import KVSession
+            def render(recent, obs, inf, task=episode.task):
+                return prompts.per_step_message(self.prompt, task, recent, obs, inf)
 
-            episode.session = KVSession()
+            episode.builder = PerStepEpisode(self.policy.chat, self.system, first, render, self.options.history, observation)
+        if self.options.kv_cache:
+            episode.session = self.policy.new_session()
 
-    pending = list(episodes)
-    active: list[_Episode] = []
-    free = list(range(slots.n))
-    bar = _Progress(len(episodes), enabled=progress)
-    round_index = 0
-    try:
-        while pending or active:
-            while pending and free:
-                episode = pending.pop(0)
-                start(episode, free.pop(0))
-                active.append(episode)
-            # Budget check, then one generate call per distinct per-turn token limit.
-            by_limit: dict[int, list[_Episode]] = {}
-            for episode in active:
-                room = int(token_budget - len(episode.builder.context()))
-                if room < 1:
-                    episode.truncated, episode.cut_by = True, "max_episode_tokens"
-                    if isinstance(episode.builder, SequenceEpisode):
-                        # The model never answers the last observation: keep the sample within budget.
-                        episode.builder.drop_trailing_observation()
-                    continue
-                by_limit.setdefault(min(sampling.max_new_tokens, room), []).append(episode)
-            completions: dict[int, Completion] = {}
-            for limit, batch in sorted(by_limit.items()):
-                params = SamplingParams(limit, sampling.temperature, sampling.top_p, stop,
-                                        seed=_round_seed(seed, round_index) + limit)
-                contexts = [e.builder.context() for e in batch]
-                if teacher is not None:
-                    outs = [_teacher_completion(fmt, policy, teacher(e.infos[-1])) for e in batch]
-                elif use_sessions:
-                    outs = policy.generate(contexts, params, sessions=[e.session for e in batch])
-                else:
-                    outs = policy.generate(contexts, params)
-                for episode, out in zip(batch, outs):
-                    completions[id(episode)] = out
-            round_index += 1
-            actions: dict[int, str] = {}
-            for episode in active:
-                out = completions.get(id(episode))
-                if out is None:
-                    continue
-                episode.builder.add_model_turn(out)
-                episode.model_turns.append(out.text)
-                episode.finish_reasons.append(out.finish_reason)
-                episode.reused_tokens += int(out.extra.get("reused_prefix_tokens", 0))
-                admissible = episode.infos[-1].get("admissible_actions") or ()
-                parsed = choose_action(out.text, parser, on_unparsable, noop, admissible)
-                episode.format_valid.append(parsed.format_valid)
-                episode.actions.append(parsed.action)
-                actions[episode.slot] = parsed.action
-            results = slots.step(actions) if actions else {}
-            still: list[_Episode] = []
-            for episode in active:
-                if episode.slot in results:
-                    observation, reward, terminated, truncated, info = results[episode.slot]
-                    episode.observations.append(observation)
-                    episode.rewards.append(float(reward))
-                    episode.infos.append(json_safe(info))
-                    episode.won = episode.won or bool(info.get("won", False))
-                    episode.terminated = bool(terminated)
-                    if truncated:
-                        episode.truncated, episode.cut_by = True, "env"
-                    if not (terminated or truncated) and max_turns is not None and len(episode.actions) >= max_turns:
-                        episode.truncated, episode.cut_by = True, "max_turns"
-                    if not (episode.terminated or episode.truncated):
-                        message = prompts.observation_message(prompt, observation, info)
-                        episode.builder.add_observation(message, action=episode.actions[-1], observation=observation,
-                                                        info=info)
-                if episode.terminated or episode.truncated:
-                    free.append(episode.slot)
-                    episode.session = None  # release the KV cache
-                    bar.advance(episode.won)
-                else:
-                    still.append(episode)
-            free.sort()
-            active = still
-    finally:
-        bar.close()
-        slots.close()
-    trajectories: list[Trajectory] = []
-    for episode in episodes:
-        trajectories.extend(_to_trajectories(episode, env_id or "", layout))
-    return trajectories
+    # ------------------------------------------------------------------ 2. generate
+    def generate_round(self) -> None:
+        """One model turn for every active episode that still has token budget."""
+        by_limit: dict[int, list[_Episode]] = {}
+        for episode in self.active:
+            room = int(self.token_budget - len(episode.builder.context()))
+            if room < 1:
+                episode.truncated, episode.cut_by = True, "max_episode_tokens"
+                if isinstance(episode.builder, SequenceEpisode):
+                    # The model never answers the last observation: keep the sample within budget.
+                    episode.builder.drop_trailing_observation()
+                continue
+            by_limit.setdefault(min(self.sampling.max_new_tokens, room), []).append(episode)
+        for limit, batch in sorted(by_limit.items()):
+            for episode, completion in zip(batch, self._complete(batch, limit)):
+                episode.builder.add_model_turn(completion)
+                episode.model_turns.append(completion.text)
+                episode.finish_reasons.append(completion.finish_reason)
+                episode.reused_tokens += int(completion.extra.get("reused_prefix_tokens", 0))
+        self.round_index += 1
+
+    def _complete(self, batch: list[_Episode], limit: int) -> list[Completion]:
+        if self.teacher is not None:
+            return [self._teacher_turn(self.teacher(e.infos[-1])) for e in batch]
+        params = SamplingParams(limit, self.sampling.temperature, self.sampling.top_p, self.stop,
+                                seed=_round_seed(self.seed, self.round_index) + limit)
+        sessions = [e.session for e in batch] if self.options.kv_cache else None
+        return self.policy.generate([e.builder.context() for e in batch], params, sessions=sessions)
+
+    def _teacher_turn(self, text: str) -> Completion:
+        tokens = self.policy.chat.end_of_turn_tokens(text)
+        ended = self.policy.tokenizer.eos_token_id is not None
+        return Completion(tokens, [0.0] * len(tokens), text, "eos" if ended else "length")
+
+    # ------------------------------------------------------------------ 3. step
+    def step_round(self) -> list[_Episode]:
+        """Send this round's actions, record the envs' replies; returns the episodes that finished."""
+        actions: dict[int, str] = {}
+        for episode in self.active:
+            if len(episode.model_turns) == len(episode.actions):
+                continue  # cut by the token budget this round: no new turn to act on
+            admissible = episode.infos[-1].get("admissible_actions") or ()
+            parsed = choose_action(
+                episode.model_turns[-1], self.parser, self.options.on_unparsable, self.noop, admissible
+            )
+            episode.format_valid.append(parsed.format_valid)
+            episode.actions.append(parsed.action)
+            actions[episode.slot] = parsed.action
+        results = self.slots.step(actions) if actions else {}
+        finished, still = [], []
+        for episode in self.active:
+            if episode.slot in results:
+                self._record(episode, *results[episode.slot])
+            if episode.finished:
+                self.free.append(episode.slot)
+                episode.session = None  # release the generation session (the KV cache)
+                finished.append(episode)
+            else:
+                still.append(episode)
+        self.free.sort()
+        self.active = still
+        return finished
+
+    def _record(self, episode: _Episode, observation: str, reward: float, terminated: bool, truncated: bool,
+                info: dict[str, Any]) -> None:
+        episode.observations.append(observation)
+        episode.rewards.append(float(reward))
+        episode.infos.append(json_safe(info))
+        episode.won = episode.won or bool(info.get("won", False))
+        episode.terminated = bool(terminated)
+        if truncated:
+            episode.truncated, episode.cut_by = True, "env"
+        max_turns = self.options.max_turns
+        if not episode.finished and max_turns is not None and len(episode.actions) >= max_turns:
+            episode.truncated, episode.cut_by = True, "max_turns"
+        if not episode.finished:
+            message = prompts.observation_message(self.prompt, observation, info)
+            episode.builder.add_observation(message, action=episode.actions[-1], observation=observation, info=info)
 
 
 def _to_trajectories(episode: _Episode, env_id: str, layout: str) -> list[Trajectory]:
@@ -329,8 +355,6 @@ class _Progress:
         self._won = 0
         self._done = 0
         if enabled:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
             self._bar = Progress(TextColumn("rollout"), BarColumn(), MofNCompleteColumn(),
                                  TextColumn("{task.fields[won]}"), TimeElapsedColumn())
             self._bar.start()

@@ -41,6 +41,8 @@ class EnvSlots:
         self._owned: list[Any] = []
         self.vector: gym.vector.VectorEnv | None = None
         self.envs: list[gym.Env] = []
+        if env_kwargs and not isinstance(env, str):
+            raise ValueError("env_kwargs apply when env is an env id (made here); pass an already made env without them")
         if isinstance(env, (list, tuple)):
             # The caller's own pool (e.g. a trainer's envs kept across iterations): used as is.
             if not env or not all(isinstance(e, gym.Env) for e in env):

@@ -6,13 +6,11 @@ Single-sequence layout (`SequenceEpisode`), one growing token sequence per episo
 * each model turn: exactly the sampled token ids (never re-tokenised): mask 1 with their
   sampling log-probs;
 * each env reply: the template's *bridge* (end of the assistant turn unless the model already
-  sampled it, user header, observation text, end of user turn, assistant header), tokenised on
-  its own and appended: mask 0.
+  sampled it, user header, observation text, end of user turn, assistant header; see
+  `orsd_gym.policies.chat.ChatRenderer`), tokenised on its own and appended: mask 0.
 
 Because tokens are only ever appended, the prefix never changes between turns (which is also
-what lets the policy's KV cache be reused). The bridge is read off the chat template itself by
-rendering a dummy conversation with a placeholder assistant turn, so any template works
-(ChatML, Qwen3 with thinking tags, ...).
+what lets the policy's KV cache be reused).
 
 Per-step layout (`PerStepEpisode`, as verl-agent does): every step is its own sample, a fresh
 prompt (task + last H turns + current observation) followed by the sampled tokens.
@@ -25,62 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orsd_gym.policies.base import Completion
+from orsd_gym.policies.chat import ChatRenderer
 from orsd_gym.rollout.trajectory import TurnSpan
-
-_PLACEHOLDER = "\u27e6orsd-assistant-turn\u27e7"
-
-
-class ChatTemplateError(ValueError):
-    """The tokenizer's chat template cannot be used for multi-turn episodes."""
-
-
-class ChatFormat:
-    """A tokenizer's chat template, seen as prompt rendering plus per-turn bridges."""
-
-    def __init__(self, tokenizer: Any, template_kwargs: dict[str, Any] | None = None) -> None:
-        if not getattr(tokenizer, "chat_template", None):
-            raise ChatTemplateError("the tokenizer has no chat_template; set tokenizer.chat_template to a Jinja template")
-        self.tokenizer = tokenizer
-        self.template_kwargs = dict(template_kwargs or {})
-
-    @classmethod
-    def from_policy(cls, policy: Any) -> ChatFormat:
-        return cls(policy.tokenizer, getattr(policy, "chat_template_kwargs", None))
-
-    def render_text(self, messages: Sequence[dict[str, str]], *, add_generation_prompt: bool) -> str:
-        return self.tokenizer.apply_chat_template(
-            [dict(m) for m in messages], tokenize=False, add_generation_prompt=add_generation_prompt,
-            **self.template_kwargs,
-        )
-
-    def encode(self, text: str) -> list[int]:
-        return list(self.tokenizer.encode(text, add_special_tokens=False))
-
-    def prompt_tokens(self, messages: Sequence[dict[str, str]]) -> list[int]:
-        return self.encode(self.render_text(messages, add_generation_prompt=True))
-
-    def bridge_text(self, user_message: str) -> str:
-        """Text between the end of an assistant turn's content and the next assistant turn's content."""
-        dummy = [
-            {"role": "system", "content": "s"},
-            {"role": "user", "content": "u"},
-            {"role": "assistant", "content": _PLACEHOLDER},
-            {"role": "user", "content": user_message},
-        ]
-        text = self.render_text(dummy, add_generation_prompt=True)
-        if text.count(_PLACEHOLDER) != 1:
-            raise ChatTemplateError("the chat template does not render assistant content verbatim")
-        return text.split(_PLACEHOLDER, 1)[1]
-
-    def bridge_tokens(self, user_message: str, completion: Completion) -> list[int]:
-        """The bridge after ``completion``, minus the end-of-turn token when the model sampled it."""
-        bridge = self.bridge_text(user_message)
-        if completion.finish_reason == "eos" and completion.token_ids:
-            eos_text = self.tokenizer.decode(completion.token_ids[-1:], skip_special_tokens=False)
-            if eos_text and bridge.startswith(eos_text):
-                bridge = bridge[len(eos_text) :]
-        return self.encode(bridge)
-
 
 @dataclass
 class Sample:
@@ -113,10 +57,10 @@ class SequenceEpisode:
 
     layout = "sequence"
 
-    def __init__(self, fmt: ChatFormat, prompt_messages: list[dict[str, str]]) -> None:
-        self.fmt = fmt
+    def __init__(self, chat: ChatRenderer, prompt_messages: list[dict[str, str]]) -> None:
+        self.chat = chat
         self.sample = Sample(prompt_messages=[dict(m) for m in prompt_messages])
-        self.sample.append("prompt", fmt.prompt_tokens(prompt_messages))
+        self.sample.append("prompt", chat.prompt_tokens(prompt_messages))
         self._last: Completion | None = None
 
     def context(self) -> list[int]:
@@ -131,7 +75,7 @@ class SequenceEpisode:
     def add_observation(self, user_message: str, **_: Any) -> None:  # per-step keywords unused here
         if self._last is None:
             raise RuntimeError("add_observation before any model turn")
-        self.sample.append("env", self.fmt.bridge_tokens(user_message, self._last))
+        self.sample.append("env", self.chat.bridge_tokens(user_message, self._last))
 
     def drop_trailing_observation(self) -> None:
         """Remove a final env span (used when the episode is cut before the model could answer it)."""
@@ -150,7 +94,7 @@ class PerStepEpisode:
 
     def __init__(
         self,
-        fmt: ChatFormat,
+        chat: ChatRenderer,
         system: str,
         first_user: str,
         render_step: Callable[[list[tuple[str, str]], str, dict[str, Any]], str],
@@ -159,7 +103,7 @@ class PerStepEpisode:
     ) -> None:
         if history < 0:
             raise ValueError(f"history must be >= 0, got {history}")
-        self.fmt = fmt
+        self.chat = chat
         self.system = system
         self.history = history
         self.render_step = render_step
@@ -172,7 +116,7 @@ class PerStepEpisode:
     def _new_sample(self, user: str) -> Sample:
         messages = [{"role": "system", "content": self.system}, {"role": "user", "content": user}]
         sample = Sample(prompt_messages=messages)
-        sample.append("prompt", self.fmt.prompt_tokens(messages))
+        sample.append("prompt", self.chat.prompt_tokens(messages))
         return sample
 
     def context(self) -> list[int]:

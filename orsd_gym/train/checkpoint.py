@@ -27,12 +27,10 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
+from orsd_gym.errors import CheckpointError
+
 _PREFIX = "iter_"
 _MANIFEST = "manifest.json"
-
-
-class CheckpointError(RuntimeError):
-    """No usable checkpoint where one was required."""
 
 
 class CorruptCheckpointWarning(UserWarning):

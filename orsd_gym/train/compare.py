@@ -9,15 +9,16 @@ evaluated on the same held-out tasks (the task plan: `orsd_gym.train.plan`). The
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from orsd_gym import configio
-from orsd_gym.train.config import Config, validate_algo
+from orsd_gym.train.config import Config, resolve_algo
 from orsd_gym.train.metrics import read_metrics
+from orsd_gym.train.report import write_report
+from orsd_gym.train.trainer import Trainer
 
 
 @dataclass
@@ -41,7 +42,7 @@ def run_config(base: Config, algo: str, seed: int, out_dir: Path) -> Config:
     if config.warm_start.episodes > 0 and not config.warm_start.path:
         # One warm start per seed, shared by every algorithm: same initial weights.
         config.warm_start.path = str(out_dir / "warm_start" / f"seed{seed}.safetensors")
-    validate_algo(config)  # fail before any run starts if one algorithm's params are bad
+    resolve_algo(config)  # fail before any run starts if one algorithm's settings are bad
     return config
 
 
@@ -51,9 +52,6 @@ def compare(base: Config, algos: list[str], seeds: list[int], out_dir: str | Pat
     With ``resume`` a run whose checkpoints already exist continues (so an interrupted
     comparison restarts where it stopped instead of from scratch).
     """
-    from orsd_gym.train.report import write_report
-    from orsd_gym.train.trainer import Trainer
-
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     configs = [(algo, seed, run_config(base, algo, seed, out_dir)) for seed in seeds for algo in algos]
@@ -75,43 +73,3 @@ def _read_run(algo: str, seed: int, run_dir: Path) -> RunResult:
     plan = json.loads((run_dir / "task_plan.json").read_text())
     evals = [by_iteration[k] for k in sorted(by_iteration)]
     return RunResult(algo, seed, run_dir, evals, read_metrics(run_dir / "metrics.jsonl"), plan)
-
-
-# --------------------------------------------------------------------------- CLI
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--env", help="env id (overrides env.id of the config)")
-    parser.add_argument("--algos", default="grpo,orsd", help="comma-separated algorithm names")
-    parser.add_argument("--seeds", type=int, default=3, help="number of seeds (0..N-1)")
-    parser.add_argument("--config", help="base YAML config (see configs/)")
-    parser.add_argument("--out", default="reports/compare", help="report directory")
-    parser.add_argument("--fresh", action="store_true", help="ignore runs already in the report directory")
-    parser.add_argument("--no-live", action="store_true", help="plain output instead of live views")
-    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted config overrides")
-
-
-def run(args: argparse.Namespace) -> int:
-    import shutil
-
-    from rich.console import Console
-
-    from orsd_gym.cli import CLIError
-    from orsd_gym.train.config import ConfigError
-    from orsd_gym.train.report import print_summary
-
-    overrides = list(args.overrides) + ([f"env.id={args.env}"] if args.env else [])
-    algos = [a.strip() for a in args.algos.split(",") if a.strip()]
-    if not algos:
-        raise CLIError("--algos is empty")
-    if args.seeds < 1:
-        raise CLIError("--seeds must be >= 1")
-    try:
-        base = configio.load(Config, args.config, overrides)
-        for algo in algos:
-            run_config(base, algo, 0, Path(args.out))
-    except ConfigError as error:
-        raise CLIError(str(error)) from error
-    if args.fresh and Path(args.out, "runs").exists():
-        shutil.rmtree(Path(args.out, "runs"))
-    report = compare(base, algos, list(range(args.seeds)), args.out, live=not args.no_live, resume=not args.fresh)
-    print_summary(report, Console())
-    return 0

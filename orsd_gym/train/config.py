@@ -2,7 +2,8 @@
 
 Example: ``orsd-gym train --config configs/alfworld_cpu.yaml algo.name=orsd optim.lr=2e-5``.
 Algorithm-specific settings live under ``algo.params`` and are validated by the chosen
-algorithm's own config dataclass (see `orsd_gym.algos`).
+algorithm's own typed config (see `orsd_gym.algos` and `resolve_algo`); a run saves them
+resolved, every default included (`run_record`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from orsd_gym import configio
-from orsd_gym.configio import ConfigError
+from orsd_gym.algos.base import algorithm_config_class
+from orsd_gym.errors import ConfigError, UnknownAlgorithmError
+from orsd_gym.policies.base import SamplingParams
+from orsd_gym.rollout.options import RolloutOptions
 
 
 def _require_at_least_one(section: Any, *names: str) -> None:
@@ -29,6 +33,12 @@ class LoRAConfig:
     alpha: int = 32
     dropout: float = 0.0
     target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+
+    def settings(self) -> dict[str, Any] | None:
+        """What `orsd_gym.policies.load_policy(lora=...)` takes (None when LoRA is off)."""
+        if not self.enabled:
+            return None
+        return {"r": self.r, "alpha": self.alpha, "dropout": self.dropout, "target_modules": tuple(self.target_modules)}
 
 
 @dataclass
@@ -64,38 +74,40 @@ class EnvConfig:
 
 
 @dataclass
-class RolloutConfig:
-    #: Tasks (distinct seeds) per training iteration; each is attempted `group_size` times.
+class RolloutConfig(RolloutOptions):
+    """The rollout options (`orsd_gym.rollout.RolloutOptions`: action format, layout, budgets,
+    ...) plus what each training iteration draws and how it samples."""
+
+    #: Tasks per training iteration; each is attempted `group_size` times.
     tasks_per_iteration: int = 4
     group_size: int = 4
-    max_turns: int = 10
-    max_new_tokens: int = 48
+    max_turns: int | None = 10
     max_episode_tokens: int = 2048
+    max_new_tokens: int = 48
     temperature: float = 1.0
     top_p: float = 1.0
-    #: Keyword arguments passed through to `orsd_gym.rollout.collect` (action parser, prompt
-    #: layout, history window, ...).
-    options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        _require_at_least_one(self, "tasks_per_iteration", "group_size", "max_turns", "max_new_tokens", "max_episode_tokens")
+        super().__post_init__()
+        _require_at_least_one(self, "tasks_per_iteration", "group_size", "max_new_tokens")
         if self.top_p != 1.0:
             # PPO ratios and ORSD's replay compare against rollout log-probs; with top-p those
             # are log-probs of a truncated distribution that scoring cannot reproduce.
             raise ValueError("top_p must be 1.0 for training (rollout log-probs must be reproducible by scoring)")
 
+    def sampling(self, temperature: float, seed: int) -> SamplingParams:
+        """Sampling of one rollout phase (training rollouts use `temperature`, evaluation its own)."""
+        return SamplingParams(max_new_tokens=self.max_new_tokens, temperature=temperature, top_p=self.top_p, seed=seed)
+
 
 @dataclass
 class AlgoConfig:
     name: str = "grpo"
-    #: Settings of the chosen algorithm (validated by its config class).
+    #: Settings of the chosen algorithm, validated by its own typed config (`resolve_algo`).
     params: dict[str, Any] = field(default_factory=dict)
     #: Extra settings per algorithm name, merged over `params` when that algorithm runs, so
     #: one file can configure every algorithm of a comparison (e.g. ``per_algo: {orsd: {beta: 0.05}}``).
     per_algo: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-    def resolved_params(self) -> dict[str, Any]:
-        return {**self.params, **self.per_algo.get(self.name, {})}
 
 
 @dataclass
@@ -204,21 +216,21 @@ class Config:
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
-    """Load and fully validate a config (including the algorithm's own parameters)."""
+    """Load and fully validate a config (including the algorithm's own settings)."""
     config = configio.load(Config, path, overrides)
-    validate_algo(config)
+    resolve_algo(config)
     return config
 
 
-def validate_algo(config: Config) -> Any:
-    """Build the algorithm's config dataclass from ``algo.params`` (fails fast on bad keys)."""
-    from orsd_gym.algos import base as algos
-
+def resolve_algo(config: Config) -> Any:
+    """The algorithm's typed config (e.g. `orsd_gym.algos.ORSDConfig`) from ``algo.params`` and
+    ``algo.per_algo[algo.name]``; fails fast, naming the key, on a bad key or value."""
+    algo = config.algo
     try:
-        config_class = algos.algorithm_config_class(config.algo.name)
-    except KeyError as error:
-        raise ConfigError(f"algo.name: {error.args[0]}") from error
-    params = config.algo.resolved_params()
+        config_class = algorithm_config_class(algo.name)
+    except UnknownAlgorithmError as error:
+        raise ConfigError(f"algo.name: {error}") from error
+    params = {**algo.params, **algo.per_algo.get(algo.name, {})}
     if any(f.name == "temperature" for f in dataclasses.fields(config_class)):
         # Ratios and replays score tokens at the temperature they were sampled at.
         if params.get("temperature", config.rollout.temperature) != config.rollout.temperature:
@@ -230,4 +242,9 @@ def validate_algo(config: Config) -> Any:
     return configio.from_dict(config_class, params, prefix="algo.params.")
 
 
-__all__ = ["Config", "ConfigError", "load_config"]
+def run_record(config: Config) -> dict[str, Any]:
+    """What a run saves as its config.yaml: the config with ``algo.params`` replaced by the
+    algorithm's resolved settings (every default included) and no ``per_algo``."""
+    record = configio.to_dict(config)
+    record["algo"] = {"name": config.algo.name, "params": dataclasses.asdict(resolve_algo(config)), "per_algo": {}}
+    return record

@@ -1,4 +1,4 @@
-"""``orsd-gym inspect``: see token-level credit of a training iteration.
+"""Token-level credit of a training iteration (what ``orsd-gym inspect`` shows).
 
 Reads what the trainer audits each iteration (``RUN_DIR/audit/iter_N/``: trajectories, the
 per-token extras and the per-group records) and shows one trajectory with every
@@ -9,7 +9,6 @@ observations greyed out; in the terminal (rich) and as a standalone HTML file.
 
 from __future__ import annotations
 
-import argparse
 import html
 import json
 from collections.abc import Sequence
@@ -17,11 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rich.text import Text
+
+from orsd_gym.errors import AuditNotFoundError
 from orsd_gym.rollout.trajectory import Trajectory, load_jsonl
-
-
-class AuditNotFoundError(FileNotFoundError):
-    """The run directory has no audit for the requested iteration or trajectory."""
 
 
 @dataclass
@@ -125,8 +123,6 @@ def _scale(view: CreditView) -> float:
 
 
 def render_terminal(view: CreditView, console: Any) -> None:
-    from rich.text import Text
-
     traj = view.trajectory
     console.print(f"[bold]task[/bold] {traj.task}  [dim](task {traj.task_id}, seed {traj.seed}, group {traj.group_id})[/dim]")
     console.print(f"reward {traj.episode_return:.3f}, success {traj.success}, GRPO advantage "
@@ -187,33 +183,3 @@ Prompt and observations are grey.</p>
 <div class="seq">{"".join(spans)}</div>
 </body></html>
 """
-
-
-# --------------------------------------------------------------------------- CLI
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run_dir", help="a training run directory (train.output_dir)")
-    parser.add_argument("--iteration", type=int, default=1, help="training iteration (1-based, as in metrics.jsonl)")
-    parser.add_argument("--trajectory", type=int, default=0, help="index of the trajectory within the iteration")
-    parser.add_argument("--html", help="also write a standalone HTML file here")
-
-
-def run(args: argparse.Namespace) -> int:
-    import yaml
-    from rich.console import Console
-
-    from orsd_gym.cli import CLIError
-    from orsd_gym.policies.models import load_tokenizer
-
-    config_path = Path(args.run_dir) / "config.yaml"
-    if not config_path.is_file():
-        raise CLIError(f"{args.run_dir} is not a run directory (no config.yaml)")
-    model_name = yaml.safe_load(config_path.read_text())["model"]["name"]
-    try:
-        view = load_credit(args.run_dir, args.iteration, args.trajectory, load_tokenizer(model_name))
-    except AuditNotFoundError as error:
-        raise CLIError(str(error)) from error
-    render_terminal(view, Console())
-    if args.html:
-        Path(args.html).write_text(render_html(view), encoding="utf-8")
-        print(f"wrote {args.html}")
-    return 0

@@ -1,57 +1,52 @@
-"""``orsd-gym eval``: evaluate a checkpoint's policy on an env's held-out tasks."""
+"""Evaluation on the task plan's held-out tasks: during training and for saved checkpoints."""
 
 from __future__ import annotations
 
-import argparse
-import json
-from pathlib import Path
+import time
+
+import torch
+
+from orsd_gym.policies.base import Policy
+from orsd_gym.policies.models import load_policy
+from orsd_gym.rollout.collector import collect
+from orsd_gym.rollout.stats import rollout_stats
+from orsd_gym.rollout.trajectory import Trajectory
+from orsd_gym.train.checkpoint import Checkpoint
+from orsd_gym.train.config import Config
+from orsd_gym.train.envs import close_envs, make_envs
+from orsd_gym.train.plan import TaskPlan, build_task_plan
+from orsd_gym.train.seeds import EVAL, iteration_seed
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--checkpoint", required=True, help="a checkpoint directory (…/checkpoints/iter_N) or a run directory")
-    parser.add_argument("--env", help="env id (default: the one the run trained on)")
-    parser.add_argument("--tasks", type=int, help="number of held-out tasks (default: the run's eval.num_tasks)")
-    parser.add_argument("--out", help="write the trajectories to this JSONL file")
-    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted config overrides")
+def evaluate(policy: Policy, envs, plan: TaskPlan, config: Config, seed: int) -> tuple[list[Trajectory], dict[str, float]]:
+    """Play the plan's evaluation tasks (``eval.group_size`` attempts each, ``eval.temperature``);
+    returns the trajectories and per-episode ``eval/*`` metrics."""
+    started = time.perf_counter()
+    with torch.no_grad():
+        trajectories = collect(
+            envs,
+            policy,
+            [task.spec for task in plan.eval],
+            group_size=config.eval.group_size,
+            sampling=config.rollout.sampling(config.eval.temperature, seed),
+            options=config.rollout,
+            seed=seed,
+        )
+    stats = rollout_stats(trajectories)
+    result = {f"eval/{k}": v for k, v in stats.items() if k != "env_steps"}
+    result["eval/time"] = time.perf_counter() - started
+    return trajectories, result
 
 
-def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
-    from orsd_gym.cli import CLIError
-    from orsd_gym import configio
-    from orsd_gym.train.checkpoint import CheckpointError, latest_good_checkpoint, load_checkpoint
-    from orsd_gym.train.config import Config, ConfigError
-    from orsd_gym.train.trainer import Trainer
-
-    path = Path(args.checkpoint)
+def evaluate_checkpoint(config: Config, checkpoint: Checkpoint) -> tuple[list[Trajectory], dict[str, float]]:
+    """A checkpoint's policy (its trainable weights, warm start included) on ``config``'s
+    evaluation tasks; nothing is written."""
+    plan = build_task_plan(config)
+    policy = load_policy(config.model.name, device=config.model.device, dtype=config.model.dtype,
+                         lora=config.model.lora.settings(), token_budget=config.optim.micro_batch_tokens)
+    policy.load_state_dict(checkpoint.policy_state)
+    envs = make_envs(config.env, plan.eval_kwargs, config.env.num_envs or config.eval.num_tasks * config.eval.group_size)
     try:
-        checkpoint = load_checkpoint(path) if (path / "manifest.json").exists() else latest_good_checkpoint(path / "checkpoints")
-    except CheckpointError as error:
-        raise CLIError(str(error)) from error
-    if checkpoint is None:
-        raise CLIError(f"no usable checkpoint under {path} (expected a checkpoint dir or a run dir with checkpoints/)")
-    data = checkpoint.state["config"]
-    try:
-        for override in args.overrides + ([f"env.id={args.env}"] if args.env else []) + (
-            [f"eval.num_tasks={args.tasks}"] if args.tasks else []
-        ):
-            configio.apply_override(data, override)
-        config = configio.from_dict(Config, data)
-    except ConfigError as error:
-        raise CLIError(str(error)) from error
-    trainer = Trainer(config, live=False)
-    trajectories, result = trainer.evaluate_checkpoint(checkpoint)
-    if args.out:
-        from orsd_gym.rollout.trajectory import save_jsonl
-
-        save_jsonl(trajectories, args.out)
-    table = Table(title=f"{config.env.id}: checkpoint iteration {checkpoint.iteration}")
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    for key, value in result.items():
-        table.add_row(key, f"{value:.3f}")
-    Console().print(table)
-    print(json.dumps(result))
-    return 0
+        return evaluate(policy, envs, plan, config, seed=iteration_seed(config.train.seed, checkpoint.iteration, EVAL))
+    finally:
+        close_envs(envs)

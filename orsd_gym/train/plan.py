@@ -25,21 +25,18 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from orsd_gym.configio import ConfigError
-from orsd_gym.envs.base import TaskSplitError, TextEnv
+from orsd_gym.envs.base import TextEnv
 from orsd_gym.envs.registry import text_env_class
+from orsd_gym.errors import TaskPlanError, TaskSplitError
 from orsd_gym.rollout.collector import TaskSpec
 from orsd_gym.train.config import Config
+from orsd_gym.train.seeds import TASKS, iteration_rng
 
 #: Without a declared partition, task ids ``i`` with ``i % FALLBACK_HOLD_OUT_EVERY == FALLBACK_HOLD_OUT_EVERY - 1``
 #: are held out (one task in five).
 FALLBACK_HOLD_OUT_EVERY = 5
-# Stream tags of the plan's random draws (training tasks use the trainer's per-iteration stream).
-_TASKS, _WARM_START, _EVAL = 0, 0xBC, 0xE7
-
-
-class TaskPlanError(ConfigError):
-    """The config cannot give a sound plan (eval overlapping training, too few held-out tasks)."""
+# Stream tags of the plan's draws outside the per-iteration streams of `orsd_gym.train.seeds`.
+_WARM_START, _EVAL = 0xBC, 0xE7
 
 
 @dataclass(frozen=True)
@@ -223,7 +220,7 @@ def _seeds(rng: np.random.Generator, n: int) -> list[int]:
 
 
 def _training_tasks(config: Config, iteration: int, ids: list[int], keys: dict[int, str]) -> list[PlannedTask]:
-    rng = np.random.default_rng(np.random.SeedSequence([config.train.seed, iteration, _TASKS]))
+    rng = iteration_rng(config.train.seed, iteration, TASKS)
     chosen = _draw(rng, ids, config.rollout.tasks_per_iteration)
     return [PlannedTask(i, seed, keys[i]) for i, seed in zip(chosen, _seeds(rng, len(chosen)))]
 

@@ -13,45 +13,33 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
+from orsd_gym.policies.base import Policy
+from orsd_gym.rollout.collector import collect, expert_teacher
+from orsd_gym.rollout.trajectory import Trajectory
 from orsd_gym.train.config import Config
+from orsd_gym.train.envs import close_envs, make_envs
 from orsd_gym.train.plan import TaskPlan, merge_kwargs
 
 
-def collect_demonstrations(config: Config, plan: TaskPlan, policy: Any) -> list:
+def collect_demonstrations(config: Config, plan: TaskPlan, policy: Policy) -> list[Trajectory]:
     """Expert episodes on the plan's warm-start tasks (training tasks only), laid out exactly
     like the policy's rollouts."""
-    import gymnasium as gym
-
-    import orsd_gym  # noqa: F401
-    from orsd_gym.rollout.collector import collect, expert_teacher
-
-    kwargs = merge_kwargs(plan.train_kwargs, config.warm_start.env_kwargs)
-    if config.env.max_episode_steps is not None:
-        kwargs["max_episode_steps"] = config.env.max_episode_steps
-    env = gym.make(config.env.id, **kwargs)
+    envs = make_envs(config.env, merge_kwargs(plan.train_kwargs, config.warm_start.env_kwargs), count=1)
     try:
         return collect(
-            env,
-            policy,
-            [task.spec for task in plan.warm_start],
-            group_size=1,
-            max_turns=config.rollout.max_turns,
-            max_episode_tokens=config.rollout.max_episode_tokens,
+            envs, policy, [task.spec for task in plan.warm_start], group_size=1, options=config.rollout,
             teacher=expert_teacher,
-            num_envs=1,
-            **config.rollout.options,
         )
     finally:
-        env.close()
+        close_envs(envs)
 
 
-def clone(policy: Any, demonstrations: list, config: Config) -> dict[str, float]:
+def clone(policy: Policy, demonstrations: list[Trajectory], config: Config) -> dict[str, float]:
     """Fit the policy to the successful demonstrations; return metrics."""
     ws = config.warm_start
     demos = [d for d in demonstrations if d.success]
@@ -74,7 +62,7 @@ def clone(policy: Any, demonstrations: list, config: Config) -> dict[str, float]
     }
 
 
-def _clone_epoch(policy: Any, demos: list, optimizer: torch.optim.Optimizer, rng: np.random.Generator,
+def _clone_epoch(policy: Policy, demos: list[Trajectory], optimizer: torch.optim.Optimizer, rng: np.random.Generator,
                  config: Config) -> float:
     """One pass over the demonstrations; returns the mean NLL per cloned token."""
     order = rng.permutation(len(demos))
@@ -93,7 +81,7 @@ def _clone_epoch(policy: Any, demos: list, optimizer: torch.optim.Optimizer, rng
     return epoch_loss / epoch_tokens
 
 
-def ensure_warm_start(config: Config, plan: TaskPlan, policy: Any, path: str | Path) -> dict[str, float] | None:
+def ensure_warm_start(config: Config, plan: TaskPlan, policy: Policy, path: str | Path) -> dict[str, float] | None:
     """Load the warm-start weights from ``path`` if they exist, else make and save them.
 
     Returns the cloning metrics when it cloned, None when it loaded. The file is written

@@ -25,7 +25,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -111,6 +111,10 @@ class ORSDConfig(GRPOConfig):
         if not -1.0 <= self.min_corr <= 1.0:
             raise ValueError(f"min_corr is a correlation threshold in [-1, 1], got {self.min_corr}")
 
+    @property
+    def needs_verifier(self) -> bool:
+        return True
+
 
 @dataclass
 class _GroupWork:
@@ -139,7 +143,6 @@ class ORSD(GRPO):
 
     name = "orsd"
     config_class = ORSDConfig
-    uses_verifier: ClassVar[bool] = True
     config: ORSDConfig
 
     def __init__(self, config=None, *, reference: Policy | None = None, verifier: Policy | None = None) -> None:
@@ -308,7 +311,7 @@ class ORSD(GRPO):
                 max_steps=max_steps,
             )
             # A proposal is read as a list of criteria; with thinking on its token budget would go to reasoning.
-            context = policy.render_chat(messages, add_generation_prompt=True, thinking=False)
+            context = policy.chat.prompt_tokens(messages, thinking=False)
             if len(context) <= cfg.proposal_max_context_tokens or max_steps == 1:
                 return context
             max_steps = max(1, max_steps // 2)

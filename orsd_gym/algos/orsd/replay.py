@@ -18,11 +18,11 @@ sides of the difference must come from the same kind of pass.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Literal
 
 import torch
 
+from orsd_gym.errors import ReplayError
 from orsd_gym.policies.base import Policy
 from orsd_gym.rollout.trajectory import Trajectory
 
@@ -30,10 +30,6 @@ Placement = Literal["system", "user"]
 DeltaBaseline = Literal["rollout", "rescore"]
 
 DEFAULT_RUBRIC_TEMPLATE = "Guidance for this task. A good attempt satisfies these criteria:\n{rubric}"
-
-
-class ReplayError(RuntimeError):
-    """A trajectory's prompt span cannot be reproduced from its prompt messages."""
 
 
 def insert_rubric(
@@ -73,22 +69,6 @@ def prompt_end(trajectory: Trajectory) -> int:
     return trajectory.spans[0].end
 
 
-@dataclass
-class _PromptRendering:
-    add_generation_prompt: bool
-
-
-def _matching_rendering(policy: Policy, trajectory: Trajectory, end: int) -> _PromptRendering:
-    original = list(trajectory.token_ids[:end])
-    for add_generation_prompt in (True, False):
-        if list(policy.render_chat(trajectory.prompt_messages, add_generation_prompt=add_generation_prompt)) == original:
-            return _PromptRendering(add_generation_prompt)
-    raise ReplayError(
-        f"trajectory (group {trajectory.group_id}): its prompt span is not the chat rendering of its "
-        "prompt_messages, so the rubric cannot be inserted faithfully; was it collected with another tokenizer?"
-    )
-
-
 def replay_deltas(
     policy: Policy,
     trajectories: Sequence[Trajectory],
@@ -112,15 +92,17 @@ def replay_deltas(
         raise ValueError(f"{len(trajectories)} trajectories but {len(rubrics)} rubrics")
     deltas = [torch.zeros(len(t.token_ids), dtype=torch.float32) for t in trajectories]
     sequences, masks, plan = [], [], []
-    renderings: dict[tuple[int, ...], _PromptRendering] = {}
     for index, (trajectory, rubric) in enumerate(zip(trajectories, rubrics)):
         end = prompt_end(trajectory)
-        key = tuple(trajectory.token_ids[:end])
-        if key not in renderings:
-            renderings[key] = _matching_rendering(policy, trajectory, end)
+        original = trajectory.token_ids[:end]
+        if policy.chat.prompt_tokens(trajectory.prompt_messages) != original:
+            raise ReplayError(
+                f"trajectory (group {trajectory.group_id}): its prompt span is not the chat rendering of its "
+                "prompt_messages, so the rubric cannot be inserted faithfully; was it collected with another tokenizer?"
+            )
         messages = insert_rubric(trajectory.prompt_messages, rubric, placement=placement, template=template)
-        new_prompt = list(policy.render_chat(messages, add_generation_prompt=renderings[key].add_generation_prompt))
-        if new_prompt == list(key) and not force_score:
+        new_prompt = policy.chat.prompt_tokens(messages)
+        if new_prompt == original and not force_score:
             continue
         sequences.append(new_prompt + list(trajectory.token_ids[end:]))
         masks.append([0] * len(new_prompt) + list(trajectory.loss_mask[end:]))

@@ -17,6 +17,7 @@ from typing import Literal
 import numpy as np
 import torch
 
+from orsd_gym.errors import VerifierError
 from orsd_gym.policies.base import Policy
 
 Scoring = Literal["prob", "binary"]
@@ -32,10 +33,6 @@ DEFAULT_VERIFIER_TEMPLATE = (
 #: single tokens, so neither answer gets surface forms the other lacks (with SmolLM2's
 #: tokenizer "YES" is two tokens while "NO" is one; keeping "NO" alone would tilt every score).
 ANSWER_PAIRS = (("Yes", "No"), ("yes", "no"), (" Yes", " No"), (" yes", " no"), ("YES", "NO"))
-
-
-class VerifierError(RuntimeError):
-    """The verifier model cannot answer yes/no questions as configured."""
 
 
 @dataclass(frozen=True)
@@ -102,7 +99,7 @@ class Verifier:
         ]
         # P("yes") is read right after the generation prompt: with thinking on, a reasoning
         # template would put "<think>" there instead of an answer.
-        return self.policy.render_chat(messages, add_generation_prompt=True, thinking=False)
+        return self.policy.chat.prompt_tokens(messages, thinking=False)
 
     def score(self, judgements: Sequence[Judgement]) -> np.ndarray:
         """Score of every judgement, in order (float64 in [0, 1])."""

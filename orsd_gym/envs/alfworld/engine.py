@@ -12,11 +12,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from orsd_gym.errors import EngineError
+
 INVALID_FEEDBACK = "Nothing happens."
-
-
-class EngineError(RuntimeError):
-    """The engine could not load or play a game file."""
 
 
 @dataclass

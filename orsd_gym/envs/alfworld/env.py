@@ -13,16 +13,13 @@ from orsd_gym.envs.alfworld.pool import GeneratedTaskPool
 from orsd_gym.envs.alfworld.tasks import ALFWorldTask, normalize_task_types
 from orsd_gym.envs.alfworld.text import clean_observation
 from orsd_gym.envs.alfworld.worker import RecyclingEngine
-from orsd_gym.envs.base import StepOutcome, TaskSplitError, TaskSplits, TextEnv
+from orsd_gym.envs.base import StepOutcome, TaskSplits, TextEnv
+from orsd_gym.errors import TaskSplitError, UnknownSplitError
 
 GENERATED_SPLITS = ("generated", "generated_eval")
 SPLITS = (*GENERATED_SPLITS, *OFFICIAL_SPLITS)
 #: The held-out side of each split a trainer may train on.
 _HELD_OUT_SPLIT = {"generated": "generated_eval", "train": "valid_seen"}
-
-
-class UnknownSplitError(ValueError):
-    """``split`` is not one of `SPLITS`."""
 
 
 class ALFWorldEnv(TextEnv):

@@ -15,9 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from orsd_gym.envs.alfworld.logic import WORDINGS, UnknownWordingError, game_logic
+from orsd_gym.envs.alfworld.logic import WORDINGS, game_logic
 from orsd_gym.envs.alfworld.scenes import LAMP_HOLDERS, Scene, affordances, goal_spec, scenes_for
 from orsd_gym.envs.alfworld.tasks import TASK_TYPES
+from orsd_gym.errors import GenerationError, UnknownWordingError
 
 #: Bump when generated games change for the same config and seed (it is part of the cache key).
 GENERATOR_VERSION = 2
@@ -33,10 +34,6 @@ _APPLIANCE = {
     "pick_cool_then_place_in_recep": "Fridge",
 }
 _NEVER_TARGET = frozenset({"SinkBasin", "BathtubBasin"})
-
-
-class GenerationError(RuntimeError):
-    """No valid task could be drawn for a config (e.g. knobs that no floor plan satisfies)."""
 
 
 @dataclass(frozen=True)

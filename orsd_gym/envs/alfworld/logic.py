@@ -15,12 +15,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 
+from orsd_gym.errors import UnknownWordingError
+
 WORDINGS = ("2.1.1", "wheel")
 GOAL_PLACEHOLDER = "UNKNOWN GOAL"
-
-
-class UnknownWordingError(ValueError):
-    """``wording`` is neither "2.1.1" nor "wheel"."""
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from orsd_gym.envs.alfworld.tasks import ALFWorldTask
 from orsd_gym.envs.alfworld.text import goal_from_grammar
+from orsd_gym.errors import ALFWorldDataNotFoundError
 
 OFFICIAL_SPLITS = ("train", "valid_seen", "valid_unseen")
 DATA_ENV_VAR = "ALFWORLD_DATA"
@@ -27,10 +28,6 @@ _HOW_TO_GET = (
     f"${DATA_ENV_VAR}, default ~/.cache/alfworld), then pass data_dir=... or set ${DATA_ENV_VAR}; "
     "or use split='generated' for procedurally generated tasks that need no download."
 )
-
-
-class ALFWorldDataNotFoundError(FileNotFoundError):
-    """No official ALFWorld games where they were looked for."""
 
 
 def resolve_data_dir(data_dir: str | os.PathLike | None) -> Path:

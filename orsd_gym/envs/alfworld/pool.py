@@ -18,16 +18,10 @@ from pathlib import Path
 
 import numpy as np
 
-from orsd_gym.envs.alfworld.generator import (
-    GENERATOR_VERSION,
-    GenerationError,
-    GeneratorConfig,
-    make_game,
-    sample_task,
-    task_type_for,
-)
+from orsd_gym.envs.alfworld.generator import GENERATOR_VERSION, GeneratorConfig, make_game, sample_task, task_type_for
 from orsd_gym.envs.alfworld.logic import game_logic
 from orsd_gym.envs.alfworld.tasks import ALFWorldTask
+from orsd_gym.errors import GenerationError
 
 CACHE_ENV_VAR = "ORSD_GYM_CACHE"
 MAX_ATTEMPTS = 20

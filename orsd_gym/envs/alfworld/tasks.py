@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from orsd_gym.errors import UnknownTaskTypeError
+
 #: ALFWorld's six task types, in ALFWorld's own numbering order (TASK_TYPES 1..6).
 TASK_TYPES: tuple[str, ...] = (
     "pick_and_place_simple",
@@ -14,10 +16,6 @@ TASK_TYPES: tuple[str, ...] = (
     "pick_cool_then_place_in_recep",
     "pick_two_obj_and_place",
 )
-
-
-class UnknownTaskTypeError(ValueError):
-    """A ``task_types`` argument named a type that ALFWorld does not have."""
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,8 @@ import subprocess
 import sys
 from dataclasses import asdict
 
-from orsd_gym.envs.alfworld.engine import EngineError, EngineState, PddlGameEngine
+from orsd_gym.envs.alfworld.engine import EngineState, PddlGameEngine
+from orsd_gym.errors import EngineError
 
 
 class RecyclingEngine:

@@ -10,7 +10,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from orsd_gym.envs.base import StepOutcome, TaskSplitError, TaskSplits, TextEnv
+from orsd_gym.envs.base import StepOutcome, TaskSplits, TextEnv
+from orsd_gym.errors import TaskSplitError
 
 _GUESS = re.compile(r"^\s*guess\s+(-?\d+)\s*$", re.IGNORECASE)
 SPLITS = ("all", "train", "eval")

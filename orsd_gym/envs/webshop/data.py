@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from orsd_gym.envs.webshop.jsonstream import iter_json_array, iter_json_object
+from orsd_gym.errors import WebShopDataError
 
 DATA_ENV_VAR = "WEBSHOP_DATA"
 DUMMY_ATTRIBUTE = "DUMMY_ATTR"
@@ -33,10 +34,6 @@ CATALOG_FILES = {
 HUMAN_INSTRUCTIONS_FILE = "items_human_ins.json"
 
 _NOT_A_PRICE = re.compile(r"[^\d.]")
-
-
-class WebShopDataError(ValueError):
-    """The WebShop data is missing, incomplete or not in the official format."""
 
 
 @dataclass

@@ -8,14 +8,15 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from orsd_gym.envs.base import StepOutcome, TaskSelectionError, TaskSplitError, TaskSplits, TextEnv
+from orsd_gym.envs.base import StepOutcome, TaskSplits, TextEnv
 from orsd_gym.envs.webshop.data import Catalog, build_catalog, load_catalog, resolve_data_dir
-from orsd_gym.envs.webshop.goals import SPLITS, TEST_GOALS, GoalError, build_goals, split_goals, validate_goal
+from orsd_gym.envs.webshop.goals import SPLITS, TEST_GOALS, build_goals, split_goals, validate_goal
 from orsd_gym.envs.webshop.pages import OBSERVATION_MODES
 from orsd_gym.envs.webshop.reward import DEFAULT_OPTION_MATCHING, OPTION_MATCHING, check_pos_tagger
 from orsd_gym.envs.webshop.search import ProductSearchEngine
 from orsd_gym.envs.webshop.shop import ShopSession
 from orsd_gym.envs.webshop.synthetic import DEFAULT_SYNTHETIC_PRODUCTS, SOURCE_LABEL, synthetic_catalog_data
+from orsd_gym.errors import GoalError, TaskSelectionError, TaskSplitError
 
 #: ``info["task_id"]`` of an episode started with ``options={"goal": {...}}`` (not in `tasks`).
 CUSTOM_GOAL_ID = -1

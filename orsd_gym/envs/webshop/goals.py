@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from orsd_gym.envs.webshop.data import Catalog
+from orsd_gym.errors import GoalError
 
 #: Price bounds an instruction can name: 10, 20, ..., 990 dollars.
 PRICE_RANGE = [10.0 * i for i in range(1, 100)]
@@ -23,10 +24,6 @@ TEST_GOALS = 500
 SPLITS = ("test", "train", "all")
 GOAL_KEYS = ("asin", "category", "query", "name", "product_category", "instruction_text", "attributes",
              "price_upper", "goal_options", "weight")
-
-
-class GoalError(ValueError):
-    """A goal dict is not in WebShop's goal format, or a split name is unknown."""
 
 
 def price_constraint(price: float, rng: np.random.Generator) -> tuple[float, str]:

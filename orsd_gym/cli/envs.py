@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import argparse
 
+from rich.console import Console
+from rich.table import Table
+
+from orsd_gym.envs import registered_text_envs
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ids", action="store_true", help="print only the env ids, one per line")
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
-    import orsd_gym  # noqa: F401  (registers the built-in envs)
-    from orsd_gym.envs import registered_text_envs
-
     infos = registered_text_envs()
     if args.ids:
         for info in infos:

@@ -1,0 +1,58 @@
+"""The ``orsd-gym`` command: one module per subcommand, on top of the library.
+
+Each subcommand module exposes ``add_arguments(parser)`` and ``run(args) -> int``; this module
+only dispatches, and imports a subcommand's module (and so torch or an env engine) only when
+that subcommand runs. Library code never imports this package. Any error the package raises on
+purpose (`orsd_gym.errors.OrsdGymError`) is printed as one line with exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from orsd_gym.errors import OrsdGymError
+
+#: name -> (module under orsd_gym.cli, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "envs": ("envs", "list the registered text envs"),
+    "demo": ("demo", "the embedded main job (what `make demo` runs)"),
+    "train": ("train", "train a policy with GRPO or ORSD from a YAML config"),
+    "eval": ("evaluate", "evaluate a checkpoint on held-out tasks"),
+    "compare": ("compare", "plain GRPO vs ORSD on one env: train, evaluate, write a report"),
+    "inspect": ("inspect", "show a trajectory's token-level credit (ORSD correction, GRPO advantage)"),
+    "play": ("play", "play an env yourself in the terminal"),
+    "rollout": ("rollout", "play a model on an env and write Trajectories (JSONL) with a summary"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="orsd-gym", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module_name, help_text) in COMMANDS.items():
+        sub_parser = sub.add_parser(name, help=help_text, description=help_text)
+        sub_parser.set_defaults(_module=module_name)
+        _load(module_name).add_arguments(sub_parser)
+    return parser
+
+
+def _load(module_name: str):
+    return importlib.import_module(f"orsd_gym.cli.{module_name}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        return int(_load(args._module).run(args) or 0)
+    except OrsdGymError as error:
+        print(f"orsd-gym {args.command}: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"orsd-gym {args.command}: interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,49 @@
+"""``orsd-gym compare``: train every algorithm on every seed of one env, then the report."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+from pathlib import Path
+
+from rich.console import Console
+
+from orsd_gym import configio
+from orsd_gym.errors import UsageError
+from orsd_gym.train.compare import compare, run_config
+from orsd_gym.train.config import Config
+from orsd_gym.train.report import print_summary
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--env", help="env id (overrides env.id of the config)")
+    parser.add_argument("--algos", default="grpo,orsd", help="comma-separated algorithm names")
+    parser.add_argument("--seeds", type=int, default=3, help="number of seeds (0..N-1)")
+    parser.add_argument("--config", help="base YAML config, or the name of a shipped config (see configs/)")
+    parser.add_argument("--out", default="reports/compare", help="report directory")
+    parser.add_argument("--fresh", action="store_true", help="ignore runs already in the report directory")
+    parser.add_argument("--no-live", action="store_true", help="plain output instead of live views")
+    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted config overrides")
+
+
+def run(args: argparse.Namespace) -> int:
+    overrides = list(args.overrides) + ([f"env.id={args.env}"] if args.env else [])
+    base = configio.load(Config, args.config, overrides)
+    run_comparison(base, args.algos, args.seeds, Path(args.out), fresh=args.fresh, live=not args.no_live)
+    return 0
+
+
+def run_comparison(base: Config, algos: str, seeds: int, out: Path, *, fresh: bool, live: bool) -> Path:
+    """Check the arguments, train, write and print the report (``demo`` runs this too)."""
+    names = [a.strip() for a in algos.split(",") if a.strip()]
+    if not names:
+        raise UsageError("--algos is empty")
+    if seeds < 1:
+        raise UsageError("--seeds must be >= 1")
+    for name in names:
+        run_config(base, name, 0, out)  # every algorithm's settings are valid before any run starts
+    if fresh and (out / "runs").exists():
+        shutil.rmtree(out / "runs")
+    report = compare(base, names, list(range(seeds)), out, live=live, resume=not fresh)
+    print_summary(report, Console())
+    return report

@@ -1,0 +1,48 @@
+"""``orsd-gym eval``: evaluate a checkpoint's policy on its run's held-out tasks."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from orsd_gym import configio
+from orsd_gym.errors import UsageError
+from orsd_gym.rollout.trajectory import save_jsonl
+from orsd_gym.train.checkpoint import latest_good_checkpoint, load_checkpoint
+from orsd_gym.train.config import Config
+from orsd_gym.train.evaluate import evaluate_checkpoint
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--checkpoint", required=True, help="a checkpoint directory (…/checkpoints/iter_N) or a run directory")
+    parser.add_argument("--env", help="env id (default: the one the run trained on)")
+    parser.add_argument("--tasks", type=int, help="number of held-out tasks (default: the run's eval.num_tasks)")
+    parser.add_argument("--out", help="write the trajectories to this JSONL file")
+    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted config overrides")
+
+
+def run(args: argparse.Namespace) -> int:
+    path = Path(args.checkpoint)
+    checkpoint = load_checkpoint(path) if (path / "manifest.json").exists() else latest_good_checkpoint(path / "checkpoints")
+    if checkpoint is None:
+        raise UsageError(f"no usable checkpoint under {path} (expected a checkpoint dir or a run dir with checkpoints/)")
+    data = checkpoint.state["config"]
+    extra = ([f"env.id={args.env}"] if args.env else []) + ([f"eval.num_tasks={args.tasks}"] if args.tasks else [])
+    for override in [*args.overrides, *extra]:
+        configio.apply_override(data, override)
+    config = configio.from_dict(Config, data)
+    trajectories, result = evaluate_checkpoint(config, checkpoint)
+    if args.out:
+        save_jsonl(trajectories, args.out)
+    table = Table(title=f"{config.env.id}: checkpoint iteration {checkpoint.iteration}")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for key, value in result.items():
+        table.add_row(key, f"{value:.3f}")
+    Console().print(table)
+    print(json.dumps(result))
+    return 0

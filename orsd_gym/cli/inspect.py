@@ -1,0 +1,33 @@
+"""``orsd-gym inspect``: a trajectory's token-level credit from a run's audit."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import yaml
+from rich.console import Console
+
+from orsd_gym.errors import UsageError
+from orsd_gym.policies.models import load_tokenizer
+from orsd_gym.train.credit import load_credit, render_html, render_terminal
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_dir", help="a training run directory (train.output_dir)")
+    parser.add_argument("--iteration", type=int, default=1, help="training iteration (1-based, as in metrics.jsonl)")
+    parser.add_argument("--trajectory", type=int, default=0, help="index of the trajectory within the iteration")
+    parser.add_argument("--html", help="also write a standalone HTML file here")
+
+
+def run(args: argparse.Namespace) -> int:
+    config_path = Path(args.run_dir) / "config.yaml"
+    if not config_path.is_file():
+        raise UsageError(f"{args.run_dir} is not a run directory (no config.yaml)")
+    model_name = yaml.safe_load(config_path.read_text())["model"]["name"]
+    view = load_credit(args.run_dir, args.iteration, args.trajectory, load_tokenizer(model_name))
+    render_terminal(view, Console())
+    if args.html:
+        Path(args.html).write_text(render_html(view), encoding="utf-8")
+        print(f"wrote {args.html}")
+    return 0

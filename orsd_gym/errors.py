@@ -1,0 +1,117 @@
+"""Every error type of the package, in one leaf module that any layer may import.
+
+Each is a `OrsdGymError` (so a command can report any of them as one line) and also the
+built-in exception its meaning matches (``ValueError`` for a bad value, ``FileNotFoundError``
+for missing data, ...), so ``except ValueError`` keeps working for callers that prefer it.
+"""
+
+from __future__ import annotations
+
+
+class OrsdGymError(Exception):
+    """Base class of the errors this package raises on purpose (bad input, missing data)."""
+
+
+# --------------------------------------------------------------------------- configuration and command line
+
+class ConfigError(OrsdGymError, ValueError):
+    """A config key or value is invalid; the message names the key."""
+
+
+class TaskPlanError(ConfigError):
+    """The config cannot give a sound plan (eval overlapping training, too few held-out tasks)."""
+
+
+class UsageError(OrsdGymError):
+    """A command was called wrongly: printed as one line, exit status 2."""
+
+
+# --------------------------------------------------------------------------- environments
+
+class TaskSelectionError(OrsdGymError, ValueError):
+    """A reset asked for a task that does not exist (bad ``task_id`` or empty task list)."""
+
+
+class TaskSplitError(OrsdGymError, ValueError):
+    """Constructor arguments that would train on an env's held-out evaluation tasks."""
+
+
+class UnknownSplitError(OrsdGymError, ValueError):
+    """An ALFWorld ``split`` name that does not exist."""
+
+
+class UnknownTaskTypeError(OrsdGymError, ValueError):
+    """A ``task_types`` argument named a type that ALFWorld does not have."""
+
+
+class UnknownWordingError(OrsdGymError, ValueError):
+    """``wording`` is neither "2.1.1" nor "wheel"."""
+
+
+class GenerationError(OrsdGymError, RuntimeError):
+    """No valid task could be drawn for a config (e.g. knobs that no floor plan satisfies)."""
+
+
+class EngineError(OrsdGymError, RuntimeError):
+    """The engine could not load or play a game file."""
+
+
+class ALFWorldDataNotFoundError(OrsdGymError, FileNotFoundError):
+    """No official ALFWorld games where they were looked for."""
+
+
+class WebShopDataError(OrsdGymError, ValueError):
+    """The WebShop data is missing, incomplete or not in the official format."""
+
+
+class GoalError(OrsdGymError, ValueError):
+    """A goal dict is not in WebShop's goal format, or a split name is unknown."""
+
+
+class JSONStreamError(OrsdGymError, ValueError):
+    """A data file is not the JSON shape WebShop's files have (array / object at the top)."""
+
+
+class POSTaggerUnavailable(OrsdGymError, RuntimeError):
+    """No spaCy English model is installed, so title nouns cannot be tagged."""
+
+
+# --------------------------------------------------------------------------- policies and rollouts
+
+class ModelNotFoundError(OrsdGymError, FileNotFoundError):
+    """A model name resolved to nothing loadable; the message says what was tried and how to fix it."""
+
+
+class ContextTooLongError(OrsdGymError, ValueError):
+    """A context plus its generation budget does not fit the model's positions."""
+
+
+class ChatTemplateError(OrsdGymError, ValueError):
+    """The tokenizer's chat template cannot be used for multi-turn episodes."""
+
+
+# --------------------------------------------------------------------------- algorithms
+
+class UnknownAlgorithmError(OrsdGymError, KeyError):
+    """`make_algorithm` was asked for a name that is not registered."""
+
+    def __str__(self) -> str:  # KeyError quotes its message; keep it readable
+        return str(self.args[0])
+
+
+class ReplayError(OrsdGymError, RuntimeError):
+    """A trajectory's prompt span cannot be reproduced from its prompt messages."""
+
+
+class VerifierError(OrsdGymError, RuntimeError):
+    """The verifier model cannot answer yes/no questions as configured."""
+
+
+# --------------------------------------------------------------------------- training runs
+
+class CheckpointError(OrsdGymError, RuntimeError):
+    """No usable checkpoint where one was required."""
+
+
+class AuditNotFoundError(OrsdGymError, FileNotFoundError):
+    """The run directory has no audit for the requested iteration or trajectory."""

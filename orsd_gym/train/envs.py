@@ -1,0 +1,29 @@
+"""The envs a run plays side by side, made once and kept for the whole run.
+
+The collector resets each slot itself when an episode starts, so one pool serves every
+iteration: a list of in-process envs, or an async vector env (one subprocess each).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+
+import orsd_gym  # noqa: F401  (registers the built-in envs)
+from orsd_gym.train.config import EnvConfig
+
+
+def make_envs(env: EnvConfig, kwargs: dict[str, Any], count: int) -> list[gym.Env] | gym.vector.VectorEnv:
+    """``count`` envs of ``env.id`` made with ``kwargs`` and the run's step limit."""
+    kwargs = dict(kwargs)
+    if env.max_episode_steps is not None:
+        kwargs["max_episode_steps"] = env.max_episode_steps
+    if env.vectorization == "async":
+        return gym.make_vec(env.id, num_envs=count, vectorization_mode="async", **kwargs)
+    return [gym.make(env.id, **kwargs) for _ in range(count)]
+
+
+def close_envs(envs: list[gym.Env] | gym.vector.VectorEnv | None) -> None:
+    for env in envs if isinstance(envs, list) else [envs] if envs is not None else []:
+        env.close()
