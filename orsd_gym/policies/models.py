@@ -152,7 +152,7 @@ def _materialise_tiny_random(root: Path) -> Path:
         # Re-initialise from our own Generator: deterministic without touching torch's global RNG.
         generator = torch.Generator().manual_seed(TINY_RANDOM_SEED)
         with torch.no_grad():
-            for name, parameter in sorted(model.named_parameters()):
+            for _name, parameter in sorted(model.named_parameters()):
                 if parameter.dim() == 1:  # RMSNorm weights
                     parameter.fill_(1.0)
                 else:

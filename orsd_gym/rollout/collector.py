@@ -243,7 +243,7 @@ class _Rollout:
                 continue
             by_limit.setdefault(min(self.sampling.max_new_tokens, room), []).append(episode)
         for limit, batch in sorted(by_limit.items()):
-            for episode, completion in zip(batch, self._complete(batch, limit)):
+            for episode, completion in zip(batch, self._complete(batch, limit), strict=True):
                 episode.builder.add_model_turn(completion)
                 episode.model_turns.append(completion.text)
                 episode.finish_reasons.append(completion.finish_reason)

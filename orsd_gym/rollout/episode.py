@@ -26,6 +26,7 @@ from orsd_gym.policies.base import Completion
 from orsd_gym.policies.chat import ChatRenderer
 from orsd_gym.rollout.trajectory import TurnSpan
 
+
 @dataclass
 class Sample:
     """Token ids, loss mask, log-probs and spans of one training sample."""

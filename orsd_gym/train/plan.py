@@ -222,13 +222,13 @@ def _seeds(rng: np.random.Generator, n: int) -> list[int]:
 def _training_tasks(config: Config, iteration: int, ids: list[int], keys: dict[int, str]) -> list[PlannedTask]:
     rng = iteration_rng(config.train.seed, iteration, TASKS)
     chosen = _draw(rng, ids, config.rollout.tasks_per_iteration)
-    return [PlannedTask(i, seed, keys[i]) for i, seed in zip(chosen, _seeds(rng, len(chosen)))]
+    return [PlannedTask(i, seed, keys[i]) for i, seed in zip(chosen, _seeds(rng, len(chosen)), strict=True)]
 
 
 def _warm_start_tasks(config: Config, ids: list[int], keys: dict[int, str]) -> list[PlannedTask]:
     rng = np.random.default_rng(np.random.SeedSequence([config.train.seed, _WARM_START]))
     chosen = _draw(rng, ids, config.warm_start.episodes)
-    return [PlannedTask(i, seed, keys[i]) for i, seed in zip(chosen, _seeds(rng, len(chosen)))]
+    return [PlannedTask(i, seed, keys[i]) for i, seed in zip(chosen, _seeds(rng, len(chosen)), strict=True)]
 
 
 def _eval_tasks(config: Config, ids: list[int], keys: dict[int, str]) -> list[PlannedTask]:

@@ -28,7 +28,12 @@ from orsd_gym.policies.models import load_policy
 from orsd_gym.rollout.collector import collect
 from orsd_gym.rollout.stats import rollout_stats
 from orsd_gym.rollout.trajectory import save_jsonl
-from orsd_gym.train.checkpoint import join_optimizer_state, latest_good_checkpoint, save_checkpoint, split_optimizer_state
+from orsd_gym.train.checkpoint import (
+    join_optimizer_state,
+    latest_good_checkpoint,
+    save_checkpoint,
+    split_optimizer_state,
+)
 from orsd_gym.train.config import Config, resolve_algo, run_record
 from orsd_gym.train.console import LiveView
 from orsd_gym.train.envs import close_envs, make_envs

@@ -72,7 +72,7 @@ def _clone_epoch(policy: Policy, demos: list[Trajectory], optimizer: torch.optim
         tokens = sum(sum(d.loss_mask) for d in batch)
         optimizer.zero_grad(set_to_none=True)
         logprobs = policy.score([d.token_ids for d in batch], [d.loss_mask for d in batch], with_grad=True)
-        loss = -sum((lp * torch.tensor(d.loss_mask, dtype=lp.dtype)).sum() for lp, d in zip(logprobs, batch)) / tokens
+        loss = -sum((lp * torch.tensor(d.loss_mask, dtype=lp.dtype)).sum() for lp, d in zip(logprobs, batch, strict=True)) / tokens
         loss.backward()
         torch.nn.utils.clip_grad_norm_(policy.trainable_parameters(), config.optim.grad_clip or float("inf"))
         optimizer.step()

@@ -210,7 +210,7 @@ class ORSD(GRPO):
                 template=cfg.rubric_template,
                 baseline=self.delta_baseline(policy),
             )
-            for i, delta in zip(replay_indices, replayed):
+            for i, delta in zip(replay_indices, replayed, strict=True):
                 deltas[i] = delta
         times["time/orsd_replay"] = time.perf_counter() - t0
 
@@ -286,7 +286,7 @@ class ORSD(GRPO):
             parsed = [parse_criteria(text, cfg.max_criteria) for text in texts]
             group.bundles = [p for p in parsed if p]
             group.malformed = sum(1 for p in parsed if not p)
-            group.malformed_texts = [text[:300] for text, p in zip(texts, parsed) if not p]
+            group.malformed_texts = [text[:300] for text, p in zip(texts, parsed, strict=True) if not p]
             if cfg.rubric_mode == "offline" and group.bundles:
                 # Only usable bundles are kept: a task whose proposals all failed to parse is
                 # proposed for again the next time it comes up.
@@ -334,9 +334,9 @@ class ORSD(GRPO):
                         where.append((n, k, g))
         values = verifier.score(judgements)
         sums = [np.zeros((len(g.bundles), len(g.attempts))) for g in groups]
-        for (n, k, g), value in zip(where, values):
+        for (n, k, g), value in zip(where, values, strict=True):
             sums[n][k, g] += value
-        for group, total in zip(groups, sums):
+        for group, total in zip(groups, sums, strict=True):
             counts = np.array([len(b) for b in group.bundles], dtype=np.float64)[:, None]
             group.scores = (total / counts).tolist()
 

@@ -92,7 +92,7 @@ def replay_deltas(
         raise ValueError(f"{len(trajectories)} trajectories but {len(rubrics)} rubrics")
     deltas = [torch.zeros(len(t.token_ids), dtype=torch.float32) for t in trajectories]
     sequences, masks, plan = [], [], []
-    for index, (trajectory, rubric) in enumerate(zip(trajectories, rubrics)):
+    for index, (trajectory, rubric) in enumerate(zip(trajectories, rubrics, strict=True)):
         end = prompt_end(trajectory)
         original = trajectory.token_ids[:end]
         if policy.chat.prompt_tokens(trajectory.prompt_messages) != original:
@@ -116,7 +116,7 @@ def replay_deltas(
             rescored = policy.score(
                 [t.token_ids for t in originals], [t.loss_mask for t in originals], temperature=temperature
             )
-    for k, ((index, end, new_end), with_rubric) in enumerate(zip(plan, scored)):
+    for k, ((index, end, new_end), with_rubric) in enumerate(zip(plan, scored, strict=True)):
         trajectory = trajectories[index]
         mask = torch.as_tensor(trajectory.loss_mask[end:], dtype=torch.float32)
         if baseline == "rescore":

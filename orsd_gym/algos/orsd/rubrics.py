@@ -153,7 +153,7 @@ def proposal_messages(
     attempts = list(attempts or [])
     rendered = "\n\n".join(
         f"Attempt {letter}:\n{render_attempt(t, max_obs_chars=max_obs_chars, max_steps=max_steps)}"
-        for letter, t in zip(_labels(len(attempts)), attempts)
+        for letter, t in zip(_labels(len(attempts)), attempts, strict=True)
     )
     try:
         user = template.format(task=task, attempts=rendered, num_attempts=len(attempts), max_criteria=max_criteria)

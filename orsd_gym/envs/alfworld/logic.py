@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 
 from orsd_gym.errors import UnknownWordingError
@@ -56,7 +56,7 @@ def _rewrite(text: str, old: str, new: str, count: int) -> str:
     return text.replace(old, new)
 
 
-@lru_cache(maxsize=None)
+@cache
 def game_logic(wording: str = "2.1.1") -> GameLogic:
     """The domain and grammar for ``wording`` ("2.1.1": official games; "wheel": as shipped)."""
     if wording not in WORDINGS:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 from importlib import resources
 
 
@@ -83,7 +83,7 @@ def _layout_json(name: str):
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_scene(number: int) -> Scene | None:
     """Floor plan ``number`` from the wheel's layouts (None if the wheel lacks it)."""
     objects = _layout_json(f"FloorPlan{number}-objects.json")

@@ -48,7 +48,7 @@ def synthetic_goals(catalog: Catalog, rng: np.random.Generator) -> list[dict[str
         options = product["options"]
         names = sorted(options)
         for combination in itertools.product(*(options[name] for name in names)):
-            goal_options = dict(zip(names, combination))
+            goal_options = dict(zip(names, combination, strict=True))
             option_text = ", and ".join(f"{k}: {v}" for k, v in goal_options.items())
             option_text = f" with {option_text}" if option_text else ""
             goals.append({
