@@ -198,6 +198,7 @@ def load_policy(
     chat_template_kwargs: dict[str, Any] | None = None,
     attn_implementation: str | None = "sdpa",
     token_budget: int = 16_384,
+    gradient_checkpointing: bool = False,
 ) -> HFPolicy:
     """Load a model by registry name, local path or hub id as an `HFPolicy`.
 
@@ -205,7 +206,8 @@ def load_policy(
     fields as a dict) wraps the model with peft adapters; only they are then trainable.
     ``seed`` seeds the policy's own sampling Generator (used when `SamplingParams.seed` is None).
     ``token_budget`` caps the padded tokens of one scoring micro-batch (a trainer passes its
-    ``optim.micro_batch_tokens``).
+    ``optim.micro_batch_tokens``); ``gradient_checkpointing`` trades recomputation for memory in
+    updates (see `HFPolicy`).
     """
     from orsd_gym.policies.hf import HFPolicy, load_pretrained
 
@@ -220,7 +222,7 @@ def load_policy(
             f"For the embedded model run: {INSTALL_HINT}"
         ) from error
     return HFPolicy(model, tokenizer, lora=lora, seed=seed, chat_template_kwargs=chat_template_kwargs, name=name_or_path,
-                    token_budget=token_budget)
+                    token_budget=token_budget, gradient_checkpointing=gradient_checkpointing)
 
 
 def load_tokenizer(name_or_path: str) -> Any:

@@ -73,7 +73,7 @@ class Trainer:
         model = config.model
         self.policy = load_policy(
             model.name, device=model.device, dtype=model.dtype, lora=model.lora.settings(), seed=config.train.seed,
-            token_budget=config.optim.micro_batch_tokens,
+            token_budget=config.optim.micro_batch_tokens, gradient_checkpointing=model.gradient_checkpointing,
         )
         self.warm_start_metrics = self._start_weights()
         # Reference and verifier are frozen copies of the weights training starts from, taken
