@@ -96,7 +96,8 @@ def _teacher_completion(fmt: ChatFormat, policy: Policy, text: str) -> Completio
     return Completion(tokens, [0.0] * len(tokens), text, "eos" if eos is not None else "length")
 
 
-def _as_task(task: int | TaskSpec | dict[str, Any]) -> TaskSpec:
+def as_task_spec(task: int | TaskSpec | dict[str, Any]) -> TaskSpec:
+    """A task as a `TaskSpec`: an int is a reset seed (the env picks the task from it)."""
     if isinstance(task, TaskSpec):
         return task
     if isinstance(task, dict):
@@ -155,7 +156,7 @@ def collect(
         raise ValueError(f"max_episode_tokens must be >= 2, got {max_episode_tokens}")
     if on_unparsable not in ("as_is", "noop"):
         raise ValueError(f"on_unparsable={on_unparsable!r}; choose 'as_is' or 'noop'")
-    specs = [_as_task(t) for t in tasks]
+    specs = [as_task_spec(t) for t in tasks]
     sampling = sampling or SamplingParams()
     parser = get_parser(action_format)
     stop = tuple(dict.fromkeys((*sampling.stop, *parser.stop)))
