@@ -26,15 +26,14 @@ def make_choice_env(
     """``gym.make(env_id, **env_kwargs)`` wrapped, inside out, in:
 
     `FillActionTemplates` (e.g. WebShop's search template becomes a search for the task text),
-    `HistoryObservation(history)`, `AdmissibleChoice(max_actions, encoder)` and, when ``tasks``
-    is given, `TaskSchedule(tasks, seed, shuffle)`, so that bare ``reset()`` calls (a vector env's
-    auto-reset) play exactly those tasks. A module-level function, so ``functools.partial`` of it
-    is a picklable env factory for ``SubprocVecEnv``.
+    `HistoryObservation(history)`, when ``tasks`` is given `TaskSchedule(tasks, seed, shuffle)` (so
+    bare ``reset()`` calls, a vector env's auto-reset, play exactly those tasks), and outermost
+    `AdmissibleChoice(max_actions, encoder)`, so ``env.action_masks()`` is a plain method call.
+    A module-level function: ``functools.partial`` of it is a picklable env factory for ``SubprocVecEnv``.
     """
     env = gym.make(env_id, **(env_kwargs or {}))
     env = FillActionTemplates(env)
     env = HistoryObservation(env, history)
-    env = AdmissibleChoice(env, max_actions, make_encoder(encoder), seed=seed)
     if tasks is not None:
         env = TaskSchedule(env, tasks, seed=seed, shuffle=shuffle)
-    return env
+    return AdmissibleChoice(env, max_actions, make_encoder(encoder), seed=seed)

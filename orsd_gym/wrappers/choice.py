@@ -24,7 +24,7 @@ class NoAdmissibleActionsError(ValueError):
     """The wrapped env started an episode without listing any admissible action."""
 
 
-class AdmissibleChoice(gym.Wrapper):
+class AdmissibleChoice(gym.Wrapper, gym.utils.RecordConstructorArgs):
     """``Discrete(max_actions)`` actions over the current ``info["admissible_actions"]``.
 
     Observation (a ``Dict``):
@@ -54,7 +54,8 @@ class AdmissibleChoice(gym.Wrapper):
     def __init__(
         self, env: gym.Env, max_actions: int = 16, encoder: TextEncoder | None = None, *, seed: int = 0
     ) -> None:
-        super().__init__(env)
+        gym.utils.RecordConstructorArgs.__init__(self, max_actions=max_actions, encoder=encoder, seed=seed)
+        gym.Wrapper.__init__(self, env)
         if not isinstance(max_actions, int) or max_actions < 1:
             raise ValueError(f"max_actions must be an int >= 1, got {max_actions!r}")
         self.max_actions = max_actions

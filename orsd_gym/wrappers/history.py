@@ -11,7 +11,7 @@ from orsd_gym.envs.base import MAX_OBSERVATION_CHARS
 from orsd_gym.envs.spaces import UnicodeText
 
 
-class HistoryObservation(gym.Wrapper):
+class HistoryObservation(gym.Wrapper, gym.utils.RecordConstructorArgs):
     """Replace each text observation with the task, the last ``k`` steps and the current observation.
 
     Many envs (ALFWorld after the first step, for instance) no longer mention the task or the room
@@ -35,7 +35,8 @@ class HistoryObservation(gym.Wrapper):
     """
 
     def __init__(self, env: gym.Env, k: int = 2) -> None:
-        super().__init__(env)
+        gym.utils.RecordConstructorArgs.__init__(self, k=k)
+        gym.Wrapper.__init__(self, env)
         if not isinstance(k, int) or k < 0:
             raise ValueError(f"k (steps of history) must be an int >= 0, got {k!r}")
         self.k = k

@@ -17,7 +17,7 @@ def reset_arguments(task: TaskSpec) -> dict[str, Any]:
     return {"seed": task.seed, "options": options}
 
 
-class TaskSchedule(gym.Wrapper):
+class TaskSchedule(gym.Wrapper, gym.utils.RecordConstructorArgs):
     """Make ``reset()`` without a ``task_id`` option play the next task of ``tasks``.
 
     Vector envs (Gymnasium's and SB3's) reset finished sub-envs with a bare ``reset()``, which on
@@ -34,7 +34,8 @@ class TaskSchedule(gym.Wrapper):
     """
 
     def __init__(self, env: gym.Env, tasks: Sequence[int | TaskSpec], *, seed: int = 0, shuffle: bool = True) -> None:
-        super().__init__(env)
+        gym.utils.RecordConstructorArgs.__init__(self, tasks=tasks, seed=seed, shuffle=shuffle)
+        gym.Wrapper.__init__(self, env)
         self.tasks = tuple(as_task_spec(t) for t in tasks)
         if not self.tasks:
             raise ValueError("TaskSchedule needs at least one task")

@@ -27,7 +27,7 @@ def search_with_task(info: dict[str, Any]) -> str:
 DEFAULT_FILLERS: dict[str, TemplateFiller] = {SEARCH_TEMPLATE: search_with_task}
 
 
-class FillActionTemplates(gym.Wrapper):
+class FillActionTemplates(gym.Wrapper, gym.utils.RecordConstructorArgs):
     """Rewrite each admissible action that is a key of ``fillers`` into ``fillers[action](info)``.
 
     Only ``info["admissible_actions"]`` changes; the env still accepts any string. Fillers must be
@@ -35,7 +35,8 @@ class FillActionTemplates(gym.Wrapper):
     """
 
     def __init__(self, env: gym.Env, fillers: Mapping[str, TemplateFiller] | None = None) -> None:
-        super().__init__(env)
+        gym.utils.RecordConstructorArgs.__init__(self, fillers=fillers)
+        gym.Wrapper.__init__(self, env)
         self.fillers = dict(DEFAULT_FILLERS if fillers is None else fillers)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
