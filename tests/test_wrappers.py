@@ -110,7 +110,7 @@ def test_admissible_choice_spaces_slots_and_masks():
     assert mask.dtype == bool and mask.tolist() == [True] * 8 + [False] * 4
     assert obs["action_mask"].tolist() == mask.astype(int).tolist()
     assert not obs["actions"][8:].any() and obs["actions"][:8].any()
-    obs, reward, terminated, truncated, info = env.step(np.int64(4))  # "guess 5": too high
+    _, _, _, _, info = env.step(np.int64(4))  # "guess 5": too high
     assert info["chosen_action"] == "guess 5" and not info["empty_slot"]
     assert env.slots == ["guess 1", "guess 2", "guess 3", "guess 4"]
     assert env.action_masks().sum() == 4

@@ -5,6 +5,12 @@ Needs the ``sb3`` extra (``pip install "orsd-gym[sb3]"``). `train_baseline` trai
 learning curve against environment steps; `make_choice_env` gives an env SB3 can train on.
 """
 
+import importlib.util
+
+_MISSING = [name for name in ("stable_baselines3", "sb3_contrib") if importlib.util.find_spec(name) is None]
+if _MISSING:
+    raise ImportError(f'orsd_gym.baselines needs {" and ".join(_MISSING)}: pip install "orsd-gym[sb3]"')
+
 from orsd_gym.baselines.algorithms import ALGORITHMS, SB3_ALGORITHMS, MaskedDQN, RandomAdmissibleAgent
 from orsd_gym.baselines.envs import make_choice_env
 from orsd_gym.baselines.evaluation import EpisodeStats, EvalPoint, evaluate, play_episode

@@ -10,6 +10,9 @@ scores the same wherever the wrapper put it, and the number of candidates can va
 * `MaskableDRRNPolicy` (sb3-contrib MaskablePPO), `DRRNActorCriticPolicy` (PPO, A2C) and
   `DRRNQPolicy` (DQN): the scores are the action logits, or the Q-values.
 
+Sizes: ``policy_kwargs={"features_extractor_kwargs": {"hidden_dim": 64}}``; SB3's ``net_arch``
+is not used (the heads are fixed: dot products for the actor, one Tanh layer for the critic).
+
 Because the slot mask is part of the observation, the scores of empty slots are -1e8 in every
 variant: plain PPO never samples them and DQN's greedy choice never picks them, even though SB3
 has no masking API for either (MaskablePPO additionally masks through ``action_masks()``).

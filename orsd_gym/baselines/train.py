@@ -9,11 +9,12 @@ from __future__ import annotations
 import functools
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import gymnasium as gym
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.monitor import Monitor
@@ -22,7 +23,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv
 from orsd_gym.baselines.algorithms import ALGORITHMS, SB3_ALGORITHMS, RandomAdmissibleAgent
 from orsd_gym.baselines.envs import make_choice_env
 from orsd_gym.baselines.evaluation import EvalPoint, evaluate
-from orsd_gym.rollout.collector import TaskSpec, as_task_spec
+from orsd_gym.rollout.collector import TaskSpec, as_task_spec, json_safe
 from orsd_gym.wrappers import TextEncoder
 from orsd_gym.wrappers.encoders import make_encoder
 
@@ -61,7 +62,7 @@ class BaselineResult:
 class _PeriodicEvaluation(BaseCallback):
     """Evaluates on the held-out tasks at step 0, every ``every`` env steps and at the end."""
 
-    def __init__(self, evaluate_at: Any, every: int) -> None:
+    def __init__(self, evaluate_at: Callable[[BaseAlgorithm, int], EvalPoint], every: int) -> None:
         super().__init__()
         self.evaluate_at = evaluate_at
         self.every = every
@@ -80,7 +81,7 @@ class _PeriodicEvaluation(BaseCallback):
     def _on_step(self) -> bool:
         if self.num_timesteps >= self.next_at:
             self._evaluate()
-            self.next_at += self.every
+            self.next_at = (self.num_timesteps // self.every + 1) * self.every
         return True
 
     def _on_training_end(self) -> None:
@@ -88,12 +89,12 @@ class _PeriodicEvaluation(BaseCallback):
             self._evaluate()
 
 
-def _vec_env(factory: Any, n_envs: int, seed: int, subprocesses: bool) -> VecEnv:
+def _vec_env(factory: Callable[..., gym.Env], n_envs: int, seed: int, subprocesses: bool) -> VecEnv:
     factories = [functools.partial(_monitored, factory, seed + rank) for rank in range(n_envs)]
     return SubprocVecEnv(factories) if subprocesses else DummyVecEnv(factories)
 
 
-def _monitored(factory: Any, seed: int) -> Monitor:
+def _monitored(factory: Callable[..., gym.Env], seed: int) -> Monitor:
     return Monitor(factory(seed=seed))
 
 
@@ -160,15 +161,15 @@ def train_baseline(
     train_env = _vec_env(
         functools.partial(make_choice_env, env_id, tasks=train_tasks, **wrapping), n_envs, seed, subprocesses
     )
-    model = spec.cls(spec.policy, train_env, seed=seed, verbose=0, **{**spec.defaults, **(algo_kwargs or {})})
 
     def evaluate_at(model: BaseAlgorithm, env_steps: int) -> EvalPoint:
         return evaluate(model, eval_env, eval_tasks, env_steps=env_steps, takes_action_masks=spec.takes_action_masks)
 
     callback = _PeriodicEvaluation(evaluate_at, eval_every_steps)
-    start = time.perf_counter()
     with eval_env:
         try:
+            model = spec.cls(spec.policy, train_env, seed=seed, verbose=0, **{**spec.defaults, **(algo_kwargs or {})})
+            start = time.perf_counter()
             model.learn(total_timesteps=total_env_steps, callback=callback)
         finally:
             train_env.close()
@@ -188,7 +189,7 @@ def _save(result: BaselineResult, model: BaseAlgorithm | None, out_dir: str | Pa
     if model is not None:
         model.save(out / MODEL_FILE)
         result.model_path = str(out / MODEL_FILE)
-    (out / RESULT_FILE).write_text(json.dumps(result.to_dict(), indent=2))
+    (out / RESULT_FILE).write_text(json.dumps(json_safe(result.to_dict()), indent=2))
     return result
 
 

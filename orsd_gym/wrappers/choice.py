@@ -42,8 +42,9 @@ class AdmissibleChoice(gym.Wrapper, gym.utils.RecordConstructorArgs):
     kept, in the env's order, drawn from the wrapper's own Generator. Truncating to the first K
     would make every action listed after position K unreachable for the whole run (a task could
     become unwinnable forever); a sample keeps each action reachable. The Generator is reseeded by
-    ``reset(seed=s)`` (with ``s``) and otherwise continues, so an episode's slots are
-    reproducible from its reset seed. ``info["dropped_actions"]`` counts what was left out.
+    ``reset(seed=s)`` and otherwise continues, so an episode started with ``reset(seed=s)`` always
+    gets the same slots, and a run of bare resets after it is reproducible as a whole.
+    ``info["dropped_actions"]`` counts what was left out.
 
     **Choosing an empty slot** (masked out, or an index outside ``[0, max_actions)``) is not an
     error: the wrapper sends `EMPTY_SLOT_ACTION` (the empty string) to the env, which by the text-env
