@@ -4,6 +4,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -242,3 +245,28 @@ def test_maskable_ppo_beats_random_on_guess_number(tmp_path):
     assert 0.5 < random_success < 0.7
     assert result.final.success_rate >= random_success + 0.15
     assert sampled_success >= random_success + 0.15
+
+
+def test_benchmark_script_smoke_run(tmp_path):
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "sb3_baselines.py"
+    out = tmp_path / "sb3.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(script),
+            "--smoke",
+            "--envs",
+            "guess",
+            "--out",
+            str(tmp_path / "runs"),
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    guess = json.loads(out.read_text())["results"]["guess"]
+    assert guess["maskable_ppo"]["train_env_steps"] >= 256 and guess["random"]["success"]["mean"] > 0
