@@ -8,8 +8,9 @@ arm's training throughput in env steps per second.
 * ``guess``: GuessNumber, 16 numbers, 4 guesses; trains and evaluates on all 16 numbers.
 * ``alfworld``: generated easy rooms (2 receptacles, no distractors, pick_and_place_simple);
   the first 80% of the generated tasks train, the rest are held out.
-* ``webshop``: the WebShop small set (1000 products) with ``goal_split="all"``: the benchmark's
-  test goals (the first 500) are held out, training draws from the train goals (the other 6410).
+* ``webshop``: the WebShop small set (1000 products): training on the first N train goals
+  (``goal_split="train"``), evaluation on the first M of the benchmark's 500 test goals
+  (``goal_split="test"``).
   Data from ``--webshop-data``, ``$WEBSHOP_DATA`` or ../shared/data/webshop; without data it
   falls back to the synthetic catalog and says so.
 
@@ -36,7 +37,6 @@ from orsd_gym.baselines import train_baseline
 from orsd_gym.rollout import TaskSpec
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-WEBSHOP_TEST_GOALS = 500
 
 
 @dataclass
@@ -46,6 +46,7 @@ class EnvSetup:
     name: str
     env_id: str
     env_kwargs: dict[str, Any]
+    eval_env_kwargs: dict[str, Any] | None
     train_tasks: list[TaskSpec]
     eval_tasks: list[TaskSpec]
     total_env_steps: int
@@ -59,7 +60,8 @@ def _tasks(task_ids: range) -> list[TaskSpec]:
 
 def guess_setup(steps: int) -> EnvSetup:
     tasks = _tasks(range(16))
-    return EnvSetup("guess", "orsd_gym/GuessNumber-v0", {"high": 16, "max_episode_steps": 4}, tasks, tasks, steps, 16)
+    kwargs = {"high": 16, "max_episode_steps": 4}
+    return EnvSetup("guess", "orsd_gym/GuessNumber-v0", kwargs, None, tasks, tasks, steps, 16)
 
 
 def alfworld_setup(steps: int, num_tasks: int) -> EnvSetup:
@@ -69,7 +71,14 @@ def alfworld_setup(steps: int, num_tasks: int) -> EnvSetup:
         "task_types": ["pick_and_place_simple"],
     }
     return EnvSetup(
-        "alfworld", "orsd_gym/ALFWorld-v0", kwargs, _tasks(range(n_train)), _tasks(range(n_train, num_tasks)), steps, 16
+        "alfworld",
+        "orsd_gym/ALFWorld-v0",
+        kwargs,
+        None,
+        _tasks(range(n_train)),
+        _tasks(range(n_train, num_tasks)),
+        steps,
+        16,
     )
 
 
@@ -79,9 +88,9 @@ def webshop_setup(steps: int, eval_goals: int, train_goals: int, data_dir: str |
     if not Path(data).is_dir():
         data = None
         notes.append("WebShop data not found: synthetic catalog (not the benchmark's products)")
-    kwargs = {"data_dir": data, "goal_split": "all"}
-    train = _tasks(range(WEBSHOP_TEST_GOALS, WEBSHOP_TEST_GOALS + train_goals))
-    return EnvSetup("webshop", "orsd_gym/WebShop-v0", kwargs, train, _tasks(range(eval_goals)), steps, 24, notes)
+    train_kwargs, eval_kwargs = {"data_dir": data, "goal_split": "train"}, {"data_dir": data, "goal_split": "test"}
+    train, held_out = _tasks(range(train_goals)), _tasks(range(eval_goals))
+    return EnvSetup("webshop", "orsd_gym/WebShop-v0", train_kwargs, eval_kwargs, train, held_out, steps, 24, notes)
 
 
 def _spread(values: list[float]) -> dict[str, float]:
@@ -101,6 +110,7 @@ def run_env(setup: EnvSetup, seeds: list[int], n_envs: int, eval_every: int, out
                 train_baseline(
                     setup.env_id,
                     env_kwargs=setup.env_kwargs,
+                    eval_env_kwargs=setup.eval_env_kwargs,
                     train_tasks=setup.train_tasks,
                     eval_tasks=setup.eval_tasks,
                     algo=algo,
@@ -115,6 +125,7 @@ def run_env(setup: EnvSetup, seeds: list[int], n_envs: int, eval_every: int, out
     summary: dict[str, Any] = {
         "env_id": setup.env_id,
         "env_kwargs": setup.env_kwargs,
+        "eval_env_kwargs": setup.eval_env_kwargs,
         "notes": setup.notes,
         "train_tasks": len(setup.train_tasks),
         "eval_tasks": len(setup.eval_tasks),

@@ -201,6 +201,16 @@ def test_train_baseline_random_and_bad_arguments(tmp_path):
     assert len(result.curve) == 1 and result.curve[0].env_steps == 0 and result.model_path is None
     assert all(e.empty_slots == 0 for e in result.final.episodes)
     assert (tmp_path / "result.json").is_file() and not (tmp_path / "model.zip").exists()
+    # The held-out side may be other data: number 12 exists only in the evaluation env.
+    wider = train_baseline(
+        GUESS,
+        train_tasks=TASKS,
+        eval_tasks=[TaskSpec(0, 11)],
+        algo="random",
+        eval_env_kwargs={"high": 12},
+        max_actions=12,
+    )
+    assert wider.final.episodes[0].task_id == 11
     with pytest.raises(ValueError, match="maskable_ppo"):
         train_baseline(GUESS, train_tasks=TASKS, eval_tasks=TASKS, algo="a2c")
     with pytest.raises(ValueError, match="no saved model"):

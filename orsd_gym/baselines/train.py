@@ -108,6 +108,7 @@ def train_baseline(
     eval_every_steps: int = 5_000,
     seed: int = 0,
     env_kwargs: dict[str, Any] | None = None,
+    eval_env_kwargs: dict[str, Any] | None = None,
     max_actions: int = 16,
     encoder: str | TextEncoder = "hashed",
     history: int = 2,
@@ -118,9 +119,11 @@ def train_baseline(
 ) -> BaselineResult:
     """Train ``algo`` on ``train_tasks`` and evaluate it on every task of ``eval_tasks``.
 
-    Tasks are int reset seeds or `TaskSpec(seed, task_id)`, as for `collect`. Training envs play
-    ``train_tasks`` in seeded passes (`TaskSchedule`; sub-env ``i`` reshuffles with ``seed + i``);
-    evaluation plays each held-out task once with the deterministic policy, before training, every
+    Tasks are int reset seeds or `TaskSpec(seed, task_id)`, as for `collect`; training tasks are
+    tasks of ``gym.make(env_id, **env_kwargs)``, held-out ones of ``gym.make(env_id, **eval_env_kwargs)``
+    (default: ``env_kwargs``), for envs whose held-out side is other data (WebShop's test goals,
+    ALFWorld's valid games). Training envs play ``train_tasks`` in seeded passes (`TaskSchedule`;
+    sub-env ``i`` reshuffles with ``seed + i``); evaluation plays each held-out task once with the deterministic policy, before training, every
     ``eval_every_steps`` env steps and at the end. SB3 collects whole rollouts, so training may run
     a little past ``total_env_steps`` (``train_env_steps`` is the real count). ``algo_kwargs``
     override the algorithm's defaults (`SB3_ALGORITHMS`), e.g. ``{"policy_kwargs": {...}}``.
@@ -142,6 +145,7 @@ def train_baseline(
         "total_env_steps": total_env_steps,
         "eval_every_steps": eval_every_steps,
         "env_kwargs": env_kwargs or {},
+        "eval_env_kwargs": eval_env_kwargs,
         "max_actions": max_actions,
         "encoder": repr(encoder),
         "history": history,
@@ -149,8 +153,10 @@ def train_baseline(
         "subprocesses": subprocesses,
         "algo_kwargs": algo_kwargs or {},
     }
-    wrapping = {"env_kwargs": env_kwargs, "max_actions": max_actions, "encoder": encoder, "history": history}
-    eval_env = make_choice_env(env_id, **wrapping)  # no TaskSchedule: evaluation names each task
+    wrapping = {"max_actions": max_actions, "encoder": encoder, "history": history}
+    eval_kwargs = env_kwargs if eval_env_kwargs is None else eval_env_kwargs
+    # No TaskSchedule on the evaluation env: evaluation resets each held-out task by name.
+    eval_env = make_choice_env(env_id, env_kwargs=eval_kwargs, **wrapping)
 
     if algo == "random":
         with eval_env:
@@ -159,7 +165,10 @@ def train_baseline(
 
     spec = SB3_ALGORITHMS[algo]
     train_env = _vec_env(
-        functools.partial(make_choice_env, env_id, tasks=train_tasks, **wrapping), n_envs, seed, subprocesses
+        functools.partial(make_choice_env, env_id, env_kwargs=env_kwargs, tasks=train_tasks, **wrapping),
+        n_envs,
+        seed,
+        subprocesses,
     )
 
     def evaluate_at(model: BaseAlgorithm, env_steps: int) -> EvalPoint:
