@@ -76,6 +76,10 @@ class POSTaggerUnavailable(OrsdGymError, RuntimeError):
     """No spaCy English model is installed, so title nouns cannot be tagged."""
 
 
+class NoAdmissibleActionsError(OrsdGymError, ValueError):
+    """An env started an episode without listing any admissible action (a choice wrapper needs them)."""
+
+
 # --------------------------------------------------------------------------- policies and rollouts
 
 class ModelNotFoundError(OrsdGymError, FileNotFoundError):

@@ -102,7 +102,8 @@ def expert_teacher(info: dict[str, Any]) -> str:
     return str(plan[0])
 
 
-def _as_task(task: int | TaskSpec | dict[str, Any]) -> TaskSpec:
+def as_task_spec(task: int | TaskSpec | dict[str, Any]) -> TaskSpec:
+    """A task as a `TaskSpec`: an int is a reset seed (the env picks the task from it)."""
     if isinstance(task, TaskSpec):
         return task
     if isinstance(task, dict):
@@ -147,7 +148,7 @@ def collect(
     if group_size < 1:
         raise ValueError(f"group_size must be >= 1, got {group_size}")
     options = options or RolloutOptions()
-    specs = [_as_task(t) for t in tasks]
+    specs = [as_task_spec(t) for t in tasks]
     episodes = [
         _Episode(g * group_size + k, g, spec.seed, spec.task_id) for g, spec in enumerate(specs) for k in range(group_size)
     ]

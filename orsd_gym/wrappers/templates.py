@@ -1,0 +1,57 @@
+"""`FillActionTemplates`: replace placeholder actions in ``info["admissible_actions"]`` with concrete ones.
+
+Some envs list an action *template* among their admissible actions: WebShop's search page offers
+``search[<your query>]``. Played as is, it searches for the words "your query". An agent that
+only chooses among listed actions (`AdmissibleChoice`) needs a concrete action there instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import gymnasium as gym
+
+from orsd_gym.envs.webshop.shop import SEARCH_TEMPLATE
+
+#: Builds the concrete action for a template from the step's info.
+TemplateFiller = Callable[[dict[str, Any]], str]
+
+
+def search_with_task(info: dict[str, Any]) -> str:
+    """``search[<the task text>]``: WebShop's rule-based baseline searches with the instruction."""
+    return f"search[{info['task']}]"
+
+
+#: Templates of the built-in envs and how the baselines fill them.
+DEFAULT_FILLERS: dict[str, TemplateFiller] = {SEARCH_TEMPLATE: search_with_task}
+
+
+class FillActionTemplates(gym.Wrapper, gym.utils.RecordConstructorArgs):
+    """Rewrite each admissible action that is a key of ``fillers`` into ``fillers[action](info)``.
+
+    Only ``info["admissible_actions"]`` changes; the env still accepts any string. Fillers must be
+    picklable (module-level functions) for subprocess vector envs.
+    """
+
+    def __init__(self, env: gym.Env, fillers: Mapping[str, TemplateFiller] | None = None) -> None:
+        gym.utils.RecordConstructorArgs.__init__(self, fillers=fillers)
+        gym.Wrapper.__init__(self, env)
+        self.fillers = dict(DEFAULT_FILLERS if fillers is None else fillers)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        observation, info = self.env.reset(seed=seed, options=options)
+        return observation, self._fill(info)
+
+    def step(self, action: Any):
+        observation, reward, terminated, truncated, info = self.env.step(action)
+        return observation, reward, terminated, truncated, self._fill(info)
+
+    def _fill(self, info: dict[str, Any]) -> dict[str, Any]:
+        admissible = info.get("admissible_actions") or []
+        if any(action in self.fillers for action in admissible):
+            info = dict(info)
+            info["admissible_actions"] = [
+                self.fillers[action](info) if action in self.fillers else action for action in admissible
+            ]
+        return info
