@@ -1,6 +1,6 @@
 """Play a whole official ALFWorld split with the planner's expert actions; print wins and timing.
 
-    python benchmarks/alfworld_play_split.py --data-dir $ALFWORLD_DATA --split valid_seen
+python benchmarks/alfworld_play_split.py --data-dir $ALFWORLD_DATA --split valid_seen
 """
 
 from __future__ import annotations
@@ -48,14 +48,19 @@ def main(argv: list[str] | None = None) -> int:
         table.add_column(col)
     for task_type, eps in sorted(by_type.items()):
         table.add_row(
-            task_type, str(len(eps)), str(sum(e.won for e in eps)),
-            f"{statistics.mean(e.steps for e in eps):.1f}", f"{statistics.mean(e.seconds for e in eps):.2f}",
+            task_type,
+            str(len(eps)),
+            str(sum(e.won for e in eps)),
+            f"{statistics.mean(e.steps for e in eps):.1f}",
+            f"{statistics.mean(e.seconds for e in eps):.2f}",
         )
     wins = sum(e.won for e in episodes)
     table.add_row("all", str(n), str(wins), f"{statistics.mean(e.steps for e in episodes):.1f}", f"{total / n:.2f}")
     Console().print(table)
-    print(f"won {wins}/{n} ({100 * wins / n:.1f}%) in {total:.1f} s total, "
-          f"max {max(e.seconds for e in episodes):.2f} s/game")
+    print(
+        f"won {wins}/{n} ({100 * wins / n:.1f}%) in {total:.1f} s total, "
+        f"max {max(e.seconds for e in episodes):.2f} s/game"
+    )
     return 0 if wins == n else 1
 
 

@@ -28,10 +28,17 @@ def main() -> None:
     parser.add_argument("--out", default="runs/grpo_learning_signal")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
-    config = load_config("demo", [
-        "algo.name=grpo", f"train.iterations={args.iterations}", "eval.every=1", f"train.output_dir={args.out}",
-        "logging.live=false", *args.overrides,
-    ])
+    config = load_config(
+        "demo",
+        [
+            "algo.name=grpo",
+            f"train.iterations={args.iterations}",
+            "eval.every=1",
+            f"train.output_dir={args.out}",
+            "logging.live=false",
+            *args.overrides,
+        ],
+    )
     Trainer(config).run()
     evals = {int(r["iteration"]): r for r in read_metrics(Path(args.out) / "eval.jsonl")}
     metrics = {int(r["iteration"]): r for r in read_metrics(Path(args.out) / "metrics.jsonl")}
@@ -50,11 +57,17 @@ def main() -> None:
         )
     Console().print(table)
     first, last = evals[min(evals)], evals[max(evals)]
-    print(json.dumps({
-        "held_out_success_before": first["eval/success_rate"],
-        "held_out_success_after": last["eval/success_rate"],
-        "ratio_after_to_before": (last["eval/success_rate"] / first["eval/success_rate"]) if first["eval/success_rate"] else None,
-    }))
+    print(
+        json.dumps(
+            {
+                "held_out_success_before": first["eval/success_rate"],
+                "held_out_success_after": last["eval/success_rate"],
+                "ratio_after_to_before": (last["eval/success_rate"] / first["eval/success_rate"])
+                if first["eval/success_rate"]
+                else None,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

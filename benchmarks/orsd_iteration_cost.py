@@ -60,7 +60,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cpu")
     parser.add_argument(
-        "--invalid-action-penalty", type=float, default=0.1,
+        "--invalid-action-penalty",
+        type=float,
+        default=0.1,
         help="reward penalty per invalid action (both algorithms): it makes outcomes of a weak model differ "
         "within a group, and ORSD only does work on groups with mixed rewards",
     )
@@ -91,17 +93,26 @@ def main() -> int:
     sampling = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed)
     started = time.perf_counter()
     trajectories = collect(
-        env, policy, list(range(args.tasks)), group_size=args.group_size, sampling=sampling, seed=args.seed,
+        env,
+        policy,
+        list(range(args.tasks)),
+        group_size=args.group_size,
+        sampling=sampling,
+        seed=args.seed,
         options=RolloutOptions(max_turns=args.max_turns, action_format=args.action_format),
     )
     rollout = time.perf_counter() - started
     tokens = sum(sum(t.loss_mask) for t in trajectories)
     successes = [t.success for t in trajectories]
-    print(f"rollout: {len(trajectories)} trajectories, {tokens} model tokens, "
-          f"success {np.mean(successes):.2f}, {rollout:.2f}s")
+    print(
+        f"rollout: {len(trajectories)} trajectories, {tokens} model tokens, "
+        f"success {np.mean(successes):.2f}, {rollout:.2f}s"
+    )
 
     probe = make_algorithm("grpo", {"reward": {"invalid_action_penalty": args.invalid_action_penalty}})
-    zero_frac = probe.prepare(trajectories, policy, iteration=0, rng=np.random.default_rng(0)).metrics["zero_adv_group_frac"]
+    zero_frac = probe.prepare(trajectories, policy, iteration=0, rng=np.random.default_rng(0)).metrics[
+        "zero_adv_group_frac"
+    ]
     print(f"groups with mixed rewards: {1 - zero_frac:.2f} (ORSD proposes, verifies and replays only for these)")
     initial_weights = copy.deepcopy(policy.state_dict())
     common = {"temperature": args.temperature, "reward": {"invalid_action_penalty": args.invalid_action_penalty}}
@@ -124,7 +135,9 @@ def main() -> int:
     for name in algos:
         prepare, update = median(name, lambda t: t.prepare), median(name, lambda t: t.update)
         summary[name] = {"rollout": rollout, "prepare": prepare, "update": update, "total": rollout + prepare + update}
-        summary[name]["phases"] = {k: median(name, lambda t, k=k: t.phases.get(k, 0.0)) for k in results[name][0].phases}
+        summary[name]["phases"] = {
+            k: median(name, lambda t, k=k: t.phases.get(k, 0.0)) for k in results[name][0].phases
+        }
     print(f"\n{'phase':<26}{'GRPO s':>10}{'ORSD s':>10}")
     for key in ("rollout", "prepare", "update", "total"):
         print(f"{key:<26}{summary['grpo'][key]:>10.3f}{summary['orsd'][key]:>10.3f}")
@@ -136,16 +149,25 @@ def main() -> int:
     )
     orsd_record = algos["orsd"]().config
     orsd_metrics = results["orsd"][0].metrics
-    print(f"\nORSD / GRPO per iteration: {ratio:.2f}x (goal <= 1.5x); "
-          f"excluding the shared rollout: {no_rollout:.2f}x")
-    print(f"(model {args.model}, env {args.env}, {args.tasks}x{args.group_size} attempts, K={orsd_record.num_bundles}, "
-          f"M={orsd_record.max_criteria}, {args.threads} threads, device {args.device})")
+    print(f"\nORSD / GRPO per iteration: {ratio:.2f}x (goal <= 1.5x); excluding the shared rollout: {no_rollout:.2f}x")
+    print(
+        f"(model {args.model}, env {args.env}, {args.tasks}x{args.group_size} attempts, K={orsd_record.num_bundles}, "
+        f"M={orsd_record.max_criteria}, {args.threads} threads, device {args.device})"
+    )
     print("ORSD: " + ", ".join(f"{k.split('/')[1]}={v:.3g}" for k, v in orsd_metrics.items()))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump({"args": vars(args), "summary": summary, "ratio": ratio, "ratio_without_rollout": no_rollout,
-                       "orsd_metrics": orsd_metrics},
-                      handle, indent=1)
+            json.dump(
+                {
+                    "args": vars(args),
+                    "summary": summary,
+                    "ratio": ratio,
+                    "ratio_without_rollout": no_rollout,
+                    "orsd_metrics": orsd_metrics,
+                },
+                handle,
+                indent=1,
+            )
     return 0
 
 

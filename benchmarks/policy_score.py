@@ -55,15 +55,31 @@ def main() -> None:
         return
     results = {}
     for mode in ("naive", "score"):
-        cmd = [sys.executable, __file__, "--model", args.model, "--seqs", str(args.seqs), "--length", str(args.length),
-               "--_mode", mode]
-        results[mode] = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.splitlines()[-1])
+        cmd = [
+            sys.executable,
+            __file__,
+            "--model",
+            args.model,
+            "--seqs",
+            str(args.seqs),
+            "--length",
+            str(args.length),
+            "--_mode",
+            mode,
+        ]
+        results[mode] = json.loads(
+            subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.splitlines()[-1]
+        )
     tokens = args.seqs * args.length
     for mode, r in results.items():
-        print(f"{mode:6s}: {tokens / r['seconds']:8.0f} tokens/s  peak RSS {r['peak_mb']:7.0f} MB "
-              f"(+{r['delta_mb']:.0f} MB while scoring)  checksum {r['checksum']:.3f}")
-    print(f"throughput ratio score/naive: {results['naive']['seconds'] / results['score']['seconds']:.2f}x   "
-          f"memory growth ratio naive/score: {results['naive']['delta_mb'] / max(results['score']['delta_mb'], 1):.2f}x")
+        print(
+            f"{mode:6s}: {tokens / r['seconds']:8.0f} tokens/s  peak RSS {r['peak_mb']:7.0f} MB "
+            f"(+{r['delta_mb']:.0f} MB while scoring)  checksum {r['checksum']:.3f}"
+        )
+    print(
+        f"throughput ratio score/naive: {results['naive']['seconds'] / results['score']['seconds']:.2f}x   "
+        f"memory growth ratio naive/score: {results['naive']['delta_mb'] / max(results['score']['delta_mb'], 1):.2f}x"
+    )
 
 
 if __name__ == "__main__":

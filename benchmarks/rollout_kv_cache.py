@@ -26,9 +26,16 @@ OBSERVATION = (
 
 def play(policy, episodes: int, turns: int, new_tokens: int, reuse: bool) -> tuple[float, list[list[int]], int]:
     builders = [
-        SequenceEpisode(policy.chat, [{"role": "system", "content": "You are a household agent. Answer with one action."},
-                              {"role": "user", "content": f"Episode {i}. Your task is to: put a soapbottle in toilet.\n"
-                                                          + OBSERVATION}])
+        SequenceEpisode(
+            policy.chat,
+            [
+                {"role": "system", "content": "You are a household agent. Answer with one action."},
+                {
+                    "role": "user",
+                    "content": f"Episode {i}. Your task is to: put a soapbottle in toilet.\n" + OBSERVATION,
+                },
+            ],
+        )
         for i in range(episodes)
     ]
     sessions = [policy.new_session() for _ in builders] if reuse else None
@@ -60,8 +67,10 @@ def main() -> None:
     t_full, tokens_full, enc_full = play(policy, args.episodes, args.turns, args.new_tokens, False)
     same = tokens_reuse == tokens_full
     final = sum(len(t) for t in tokens_full) / len(tokens_full)
-    print(f"model={args.model} episodes={args.episodes} turns={args.turns} new_tokens/turn<={args.new_tokens} "
-          f"final length~{final:.0f} tokens")
+    print(
+        f"model={args.model} episodes={args.episodes} turns={args.turns} new_tokens/turn<={args.new_tokens} "
+        f"final length~{final:.0f} tokens"
+    )
     print(f"re-encode full history: {t_full:7.2f} s  ({enc_full} context tokens encoded)")
     print(f"KV-cache reuse:         {t_reuse:7.2f} s  ({enc_reuse} context tokens encoded)")
     print(f"speed-up ratio: {t_full / t_reuse:.2f}x   identical tokens: {same}")

@@ -41,12 +41,21 @@ def search_agreement(env: gym.Env, episodes: list[dict[str, Any]]) -> dict[str, 
             env.step(step["action"])
             ours = env.unwrapped.session.state.results[:RESULTS_PER_PAGE]
             recorded = _ASIN.findall(step["obs"])
-            rows.append({"same_order": ours == recorded, "same_set": set(ours) == set(recorded),
-                         "shared": len(set(ours) & set(recorded))})
+            rows.append(
+                {
+                    "same_order": ours == recorded,
+                    "same_set": set(ours) == set(recorded),
+                    "shared": len(set(ours) & set(recorded)),
+                }
+            )
             break  # later steps leave the results page
     n = len(rows)
-    return {"searches": n, "same_order": sum(r["same_order"] for r in rows),
-            "same_set": sum(r["same_set"] for r in rows), "mean_shared": sum(r["shared"] for r in rows) / n}
+    return {
+        "searches": n,
+        "same_order": sum(r["same_order"] for r in rows),
+        "same_set": sum(r["same_set"] for r in rows),
+        "mean_shared": sum(r["shared"] for r in rows) / n,
+    }
 
 
 def reward(env: gym.Env, goal: dict[str, Any], chosen: dict[str, str], matching: str) -> float:
@@ -58,10 +67,16 @@ def reward(env: gym.Env, goal: dict[str, Any], chosen: dict[str, str], matching:
 def matching_changes(env: gym.Env, purchases: list[tuple[dict[str, Any], dict[str, str]]]) -> dict[str, Any]:
     """How many of ``purchases`` ((goal, chosen options) of the goal's own product) score
     differently under "pairs" and "values"."""
-    changed = [(goal, chosen) for goal, chosen in purchases
-               if len({reward(env, goal, chosen, matching) for matching in OPTION_MATCHING}) > 1]
-    return {"purchases": len(purchases), "changed": len(changed),
-            "examples": [goal["goal_options"] for goal, _ in changed[:5]]}
+    changed = [
+        (goal, chosen)
+        for goal, chosen in purchases
+        if len({reward(env, goal, chosen, matching) for matching in OPTION_MATCHING}) > 1
+    ]
+    return {
+        "purchases": len(purchases),
+        "changed": len(changed),
+        "examples": [goal["goal_options"] for goal, _ in changed[:5]],
+    }
 
 
 def main() -> None:
@@ -74,15 +89,19 @@ def main() -> None:
 
     results = {"search_page_1": search_agreement(env, episodes)}
     # The reference purchases: what the recording's done pages say was chosen (text and rich alike).
-    recorded = [(e["goal"], json.loads(re.search(r"options(?: \[SEP\] |\n)(\{.*?\})", e["steps"][-1]["obs"])[1]))
-                for e in episodes]
+    recorded = [
+        (e["goal"], json.loads(re.search(r"options(?: \[SEP\] |\n)(\{.*?\})", e["steps"][-1]["obs"])[1]))
+        for e in episodes
+    ]
     results["reference_purchases"] = matching_changes(env, recorded)
     exact = [(goal, dict(goal["goal_options"])) for goal in env.unwrapped.goals]
     results["all_goals_bought_exactly"] = matching_changes(env, exact)
 
     search = results["search_page_1"]
-    print(f"search page 1 vs reference: same products in the same order {search['same_order']}/{search['searches']}, "
-          f"same set {search['same_set']}/{search['searches']}, {search['mean_shared']:.1f} of 10 shared on average")
+    print(
+        f"search page 1 vs reference: same products in the same order {search['same_order']}/{search['searches']}, "
+        f"same set {search['same_set']}/{search['searches']}, {search['mean_shared']:.1f} of 10 shared on average"
+    )
     for key in ("reference_purchases", "all_goals_bought_exactly"):
         row = results[key]
         print(f"{key}: reward differs between pairs and values for {row['changed']}/{row['purchases']}")

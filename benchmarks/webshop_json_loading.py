@@ -70,14 +70,22 @@ def measure(reader: str, task: str, data_dir: Path) -> dict[str, Any]:
         records = len(load_catalog(data_dir, size="full", seed=0))
     seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - start_cpu
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
-    return {"seconds": seconds, "cpu_seconds": cpu_seconds, "records": records, "start_rss_mib": start_rss,
-            "peak_rss_mib": peak}
+    return {
+        "seconds": seconds,
+        "cpu_seconds": cpu_seconds,
+        "records": records,
+        "start_rss_mib": start_rss,
+        "peak_rss_mib": peak,
+    }
 
 
 def _child(reader: str, task: str, data_dir: Path) -> dict[str, Any]:
     done = subprocess.run(
         [sys.executable, __file__, "--_child", reader, task, str(data_dir)],
-        capture_output=True, text=True, check=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -94,8 +102,10 @@ def run(data_dir: Path, repeats: int) -> dict[str, Any]:
         for reader, samples in runs[task].items():
             if len({s["records"] for s in samples}) != 1:
                 raise RuntimeError(f"{reader} {task}: the record count changed between repeats")
-            medians[reader] = {key: statistics.median(s[key] for s in samples)
-                               for key in ("seconds", "cpu_seconds", "start_rss_mib", "peak_rss_mib")}
+            medians[reader] = {
+                key: statistics.median(s[key] for s in samples)
+                for key in ("seconds", "cpu_seconds", "start_rss_mib", "peak_rss_mib")
+            }
             medians[reader]["records"] = samples[0]["records"]
             medians[reader]["samples"] = samples
         if medians[BASELINE]["records"] != medians[CANDIDATE]["records"]:
@@ -105,8 +115,10 @@ def run(data_dir: Path, repeats: int) -> dict[str, Any]:
             "time": medians[CANDIDATE]["seconds"] / medians[BASELINE]["seconds"],
             "cpu_time": medians[CANDIDATE]["cpu_seconds"] / medians[BASELINE]["cpu_seconds"],
             "peak_rss": medians[CANDIDATE]["peak_rss_mib"] / medians[BASELINE]["peak_rss_mib"],
-            "peak_growth": ((medians[CANDIDATE]["peak_rss_mib"] - medians[CANDIDATE]["start_rss_mib"])
-                            / (medians[BASELINE]["peak_rss_mib"] - medians[BASELINE]["start_rss_mib"])),
+            "peak_growth": (
+                (medians[CANDIDATE]["peak_rss_mib"] - medians[CANDIDATE]["start_rss_mib"])
+                / (medians[BASELINE]["peak_rss_mib"] - medians[BASELINE]["start_rss_mib"])
+            ),
         }
     return results
 
@@ -121,11 +133,15 @@ def report(results: dict[str, Any]) -> str:
     for task in TASKS:
         for reader in READERS:
             m = results[task][reader]
-            lines.append(f"  {task:<13} {reader:<13} {m['records']:>8} {m['seconds']:>7.2f} {m['cpu_seconds']:>6.2f} "
-                         f"{m['peak_rss_mib']:>13.0f} {m['peak_rss_mib'] - m['start_rss_mib']:>11.0f}")
+            lines.append(
+                f"  {task:<13} {reader:<13} {m['records']:>8} {m['seconds']:>7.2f} {m['cpu_seconds']:>6.2f} "
+                f"{m['peak_rss_mib']:>13.0f} {m['peak_rss_mib'] - m['start_rss_mib']:>11.0f}"
+            )
         ratio = results[task]["ratio"]
-        lines.append(f"  {task:<13} {CANDIDATE}/{BASELINE}: wall {ratio['time']:.2f}x, CPU {ratio['cpu_time']:.2f}x, "
-                     f"peak RSS {ratio['peak_rss']:.2f}x, peak growth {ratio['peak_growth']:.2f}x")
+        lines.append(
+            f"  {task:<13} {CANDIDATE}/{BASELINE}: wall {ratio['time']:.2f}x, CPU {ratio['cpu_time']:.2f}x, "
+            f"peak RSS {ratio['peak_rss']:.2f}x, peak growth {ratio['peak_growth']:.2f}x"
+        )
     return "\n".join(lines)
 
 

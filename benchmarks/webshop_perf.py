@@ -49,8 +49,12 @@ def search_latency(engine, queries: list[str], repeats: int = 1) -> dict[str, fl
             engine.search(query)
             times.append(time.perf_counter() - start)
     ms = np.asarray(times) * 1000
-    return {"queries": len(times), "mean_ms": float(ms.mean()), "p50_ms": float(np.median(ms)),
-            "p95_ms": float(np.percentile(ms, 95))}
+    return {
+        "queries": len(times),
+        "mean_ms": float(ms.mean()),
+        "p50_ms": float(np.median(ms)),
+        "p95_ms": float(np.percentile(ms, 95)),
+    }
 
 
 def env_steps_per_second(env, n_steps: int, seed: int) -> dict[str, float]:
@@ -102,8 +106,14 @@ def measure_large_load(data_dir: str, n_queries: int) -> dict[str, Any]:
         del real, real_engine
     return {
         "real_kib_per_product": real_kib,
-        "products": len(catalog), "goals": len(goals), "load_s": load_s, "goals_s": goals_s, "index_s": index_s,
-        "rss_base_mib": base, "rss_catalog_mib": after_load - base, "rss_index_mib": after_index - after_load,
+        "products": len(catalog),
+        "goals": len(goals),
+        "load_s": load_s,
+        "goals_s": goals_s,
+        "index_s": index_s,
+        "rss_base_mib": base,
+        "rss_catalog_mib": after_load - base,
+        "rss_index_mib": after_index - after_load,
         "peak_rss_mib": _peak_rss_mib(),
         "latency": search_latency(engine, queries),
     }
@@ -137,7 +147,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         results["large_file_mib"] = sum(f.stat().st_size for f in Path(tmp).iterdir()) / 2**20
         child = subprocess.run(
             [sys.executable, __file__, "--_child", tmp, "--queries", str(args.queries)],
-            capture_output=True, text=True, check=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
         )
         results["large"] = json.loads(child.stdout.strip().splitlines()[-1])
     return results
@@ -168,8 +181,10 @@ def report(results: dict[str, Any]) -> str:
         f"memory {per_product_kib * FULL_SET_PRODUCTS / 2**20:.1f} GiB at the synthetic records' size",
     ]
     if large["real_kib_per_product"]:
-        lines.append(f"    official small set: {large['real_kib_per_product']:.1f} KiB/product (catalog + index) -> "
-                     f"{large['real_kib_per_product'] * FULL_SET_PRODUCTS / 2**20:.1f} GiB at 1.18M real products")
+        lines.append(
+            f"    official small set: {large['real_kib_per_product']:.1f} KiB/product (catalog + index) -> "
+            f"{large['real_kib_per_product'] * FULL_SET_PRODUCTS / 2**20:.1f} GiB at 1.18M real products"
+        )
     return "\n".join(lines)
 
 

@@ -14,6 +14,7 @@ class OrsdGymError(Exception):
 
 # --------------------------------------------------------------------------- configuration and command line
 
+
 class ConfigError(OrsdGymError, ValueError):
     """A config key or value is invalid; the message names the key."""
 
@@ -27,6 +28,7 @@ class UsageError(OrsdGymError):
 
 
 # --------------------------------------------------------------------------- environments
+
 
 class TaskSelectionError(OrsdGymError, ValueError):
     """A reset asked for a task that does not exist (bad ``task_id`` or empty task list)."""
@@ -82,6 +84,7 @@ class NoAdmissibleActionsError(OrsdGymError, ValueError):
 
 # --------------------------------------------------------------------------- policies and rollouts
 
+
 class ModelNotFoundError(OrsdGymError, FileNotFoundError):
     """A model name resolved to nothing loadable; the message says what was tried and how to fix it."""
 
@@ -95,6 +98,7 @@ class ChatTemplateError(OrsdGymError, ValueError):
 
 
 # --------------------------------------------------------------------------- algorithms
+
 
 class UnknownAlgorithmError(OrsdGymError, KeyError):
     """`make_algorithm` was asked for a name that is not registered."""
@@ -112,6 +116,7 @@ class VerifierError(OrsdGymError, RuntimeError):
 
 
 # --------------------------------------------------------------------------- training runs
+
 
 class CheckpointError(OrsdGymError, RuntimeError):
     """No usable checkpoint where one was required."""

@@ -40,7 +40,9 @@ def make_group(
         f"<|im_end|>\n<|im_start|>user\n{observation}<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False
     )
     contexts = [prompt + c.token_ids + bridge for c in first]
-    second = policy.generate(contexts, SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, seed=seed + 1))
+    second = policy.generate(
+        contexts, SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, seed=seed + 1)
+    )
     out = []
     for k, (a, b, success) in enumerate(zip(first, second, successes)):
         tokens = prompt + a.token_ids + bridge + b.token_ids
@@ -50,8 +52,12 @@ def make_group(
                 token_ids=tokens,
                 loss_mask=[0] * p + [1] * len(a.token_ids) + [0] * len(bridge) + [1] * len(b.token_ids),
                 logprobs=[0.0] * p + list(a.logprobs) + [0.0] * len(bridge) + list(b.logprobs),
-                spans=[TurnSpan("prompt", 0, p), TurnSpan("model", p, m1), TurnSpan("env", m1, e),
-                       TurnSpan("model", e, len(tokens))],
+                spans=[
+                    TurnSpan("prompt", 0, p),
+                    TurnSpan("model", p, m1),
+                    TurnSpan("env", m1, e),
+                    TurnSpan("model", e, len(tokens)),
+                ],
                 rewards=[0.0, float(success)],
                 infos=[{"task": task}, {"is_valid_action": False}, {"is_valid_action": True, "won": success}],
                 model_turns=[a.text, b.text],

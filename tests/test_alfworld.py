@@ -24,7 +24,10 @@ from orsd_gym.errors import ALFWorldDataNotFoundError, UnknownTaskTypeError
 ALF = "orsd_gym/ALFWorld-v0"
 # Small rooms keep the planner fast; 2 tasks per type (task k has type TASK_TYPES[k % 6]).
 SMALL = {"num_tasks": 12, "max_receptacles": 4, "num_distractors": 2, "seed": 0}
-ROOM_INTRO = re.compile(r"^You are in the middle of a room\. Looking quickly around you, you see (a [a-z]+ \d+, )*(and )?a [a-z]+ \d+\.\n\nYour task is to: .+\.$")
+ROOM_INTRO = re.compile(
+    r"^You are in the middle of a room\. Looking quickly around you, you see "
+    r"(a [a-z]+ \d+, )*(and )?a [a-z]+ \d+\.\n\nYour task is to: .+\.$"
+)
 GOAL_WORDING = {
     "pick_and_place_simple": re.compile(r"^put (a|some) [a-z]+ (in|on) [a-z]+$"),
     "look_at_obj_in_light": re.compile(r"^(look at [a-z]+ under the desklamp|examine the [a-z]+ with the desklamp)$"),
@@ -83,7 +86,7 @@ def test_expert_episode_reads_like_alfworld(alf_cache):
         assert info["is_valid_action"]
         assert "You arrive at" not in obs
         if action.startswith("go to "):
-            place = action[len("go to "):]
+            place = action[len("go to ") :]
             assert obs.startswith((f"On the {place}, you see", f"The {place} is")), obs
         elif action.startswith("take "):
             assert re.match(r"^You pick up the [a-z]+ \d+ from the [a-z]+ \d+\.$", obs), obs
@@ -133,7 +136,9 @@ def test_generation_is_deterministic_and_cached(tmp_path, monkeypatch):
     for k in range(3):
         assert json.load(open(first[k].game_file)) == json.load(open(second[k].game_file))
         assert json.load(open(first[k].game_file))["solvable"] is True
-    other_seed = GeneratedTaskPool(GeneratorConfig(num_tasks=3, max_receptacles=3, num_distractors=1, seed=6), TASK_TYPES, tmp_path / "a")
+    other_seed = GeneratedTaskPool(
+        GeneratorConfig(num_tasks=3, max_receptacles=3, num_distractors=1, seed=6), TASK_TYPES, tmp_path / "a"
+    )
     assert [t.game_file for t in other_seed] != [t.game_file for t in first]
     # A fresh pool on the same cache reads the files: generating would fail here.
     import orsd_gym.envs.alfworld.pool as pool_module
@@ -147,16 +152,24 @@ def test_generation_is_deterministic_and_cached(tmp_path, monkeypatch):
 
 def test_cache_dir_env_var(tmp_path, monkeypatch):
     monkeypatch.setenv("ORSD_GYM_CACHE", str(tmp_path / "from_env"))
-    pool = GeneratedTaskPool(GeneratorConfig(num_tasks=1, max_receptacles=3, num_distractors=0), ("pick_and_place_simple",))
+    pool = GeneratedTaskPool(
+        GeneratorConfig(num_tasks=1, max_receptacles=3, num_distractors=0), ("pick_and_place_simple",)
+    )
     assert pool[0].game_file.startswith(str(tmp_path / "from_env"))
     pool.close()
 
 
 def test_difficulty_knobs_shape_the_room(alf_cache, tmp_path):
-    easy = make(alf_cache, task_types=["pick_and_place_simple"],
-                    generator={"num_tasks": 3, "max_receptacles": 2, "num_distractors": 0})
-    hard = make(alf_cache, task_types=["pick_and_place_simple"],
-                    generator={"num_tasks": 3, "max_receptacles": 12, "num_distractors": 10})
+    easy = make(
+        alf_cache,
+        task_types=["pick_and_place_simple"],
+        generator={"num_tasks": 3, "max_receptacles": 2, "num_distractors": 0},
+    )
+    hard = make(
+        alf_cache,
+        task_types=["pick_and_place_simple"],
+        generator={"num_tasks": 3, "max_receptacles": 12, "num_distractors": 10},
+    )
     for k in range(3):
         easy_obs, _ = easy.reset(options={"task_id": k})
         hard_obs, _ = hard.reset(options={"task_id": k})
@@ -169,8 +182,12 @@ def test_difficulty_knobs_shape_the_room(alf_cache, tmp_path):
 
 
 def test_wheel_wording(alf_cache):
-    env = make(alf_cache, expert=True, task_types=["pick_and_place_simple"],
-               generator={**SMALL, "num_tasks": 1, "wording": "wheel"})
+    env = make(
+        alf_cache,
+        expert=True,
+        task_types=["pick_and_place_simple"],
+        generator={**SMALL, "num_tasks": 1, "wording": "wheel"},
+    )
     _, info = env.reset(options={"task_id": 0})
     assert re.match(r"^move [a-z]+ \d+ to [a-z]+ \d+$", info["expert_actions"][-1])
     assert "help" in info["admissible_actions"]  # the wheel grammar's extra action

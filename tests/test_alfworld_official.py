@@ -64,7 +64,9 @@ def test_official_observations_drop_artifacts_unless_raw(valid_seen):
     obs, info = clean.reset(options={"task_id": 0})
     raw_obs, _ = raw.reset(options={"task_id": 0})
     assert_info_contract(info)
-    assert obs.startswith("You are in the middle of a room.") and obs.endswith("Your task is to: look at alarmclock under the desklamp.")
+    assert obs.startswith("You are in the middle of a room.") and obs.endswith(
+        "Your task is to: look at alarmclock under the desklamp."
+    )
     assert raw_obs.startswith("-= Welcome to TextWorld, ALFRED! =-")
     action = info["expert_actions"][0]
     assert action.startswith("go to ")

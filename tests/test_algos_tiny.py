@@ -209,7 +209,15 @@ def test_orsd_on_collector_rollouts(policy, layout):
     from orsd_gym.rollout.collector import collect
     from orsd_gym.rollout.options import RolloutOptions
 
-    trajectories = collect("orsd_gym/GuessNumber-v0", policy, [0, 1], group_size=3, sampling=SamplingParams(max_new_tokens=6, temperature=1.0, seed=0), seed=0, options=RolloutOptions(max_turns=2, layout=layout))
+    trajectories = collect(
+        "orsd_gym/GuessNumber-v0",
+        policy,
+        [0, 1],
+        group_size=3,
+        sampling=SamplingParams(max_new_tokens=6, temperature=1.0, seed=0),
+        seed=0,
+        options=RolloutOptions(max_turns=2, layout=layout),
+    )
     forced = replay_deltas(policy, trajectories, [""] * len(trajectories), force_score=True)
     assert max(float(d.abs().max()) for d in forced) < 1e-4
     # A random model never wins: the test gives the first attempt of each group a win.
@@ -234,9 +242,12 @@ def test_proposal_prompt_shrinks_to_its_token_budget(policy, batch):
     from orsd_gym.algos.orsd.algorithm import _GroupWork
 
     group = _GroupWork(0, [0, 1], [0, 1], batch[0].task, "k", [1.0, 0.0], [])
-    long_attempts = [dataclasses.replace(t, actions=[f"look {i}" for i in range(40)],
-                                         observations=["start"] + [f"room {i} " * 8 for i in range(40)])
-                     for t in batch[:2]]
+    long_attempts = [
+        dataclasses.replace(
+            t, actions=[f"look {i}" for i in range(40)], observations=["start"] + [f"room {i} " * 8 for i in range(40)]
+        )
+        for t in batch[:2]
+    ]
     roomy = make_algorithm("orsd", {"attempt_max_steps": 32})._proposal_context(group, long_attempts, policy)
     tight = make_algorithm("orsd", {"attempt_max_steps": 32, "proposal_max_context_tokens": 400})
     context = tight._proposal_context(group, long_attempts, policy)

@@ -249,7 +249,8 @@ def test_maskable_ppo_beats_random_on_guess_number(tmp_path):
         ]
     )
     print(
-        f"random {random_success:.3f}, MaskablePPO greedy {result.final.success_rate:.3f}, sampled {sampled_success:.3f}, "
+        f"random {random_success:.3f}, MaskablePPO greedy {result.final.success_rate:.3f}, "
+        f"sampled {sampled_success:.3f}, "
         f"{result.env_steps_per_second:.0f} env steps/s"
     )
     assert 0.5 < random_success < 0.7

@@ -100,10 +100,24 @@ def test_aggregate_of_no_tokens_is_zero_not_nan():
 
 def _trajectory(success: bool, valid: list[bool], fmt: list[bool]) -> Trajectory:
     return Trajectory(
-        token_ids=[1, 2], loss_mask=[0, 1], logprobs=[0.0, -1.0], spans=[TurnSpan("prompt", 0, 1)],
-        rewards=[0.0] * len(valid), infos=[{"is_valid_action": True}] + [{"is_valid_action": v} for v in valid],
-        model_turns=[], actions=[], observations=[], task="t", prompt_messages=[], env_id="e", task_id=0,
-        seed=0, group_id=0, episode_id=0, success=success, format_valid=fmt,
+        token_ids=[1, 2],
+        loss_mask=[0, 1],
+        logprobs=[0.0, -1.0],
+        spans=[TurnSpan("prompt", 0, 1)],
+        rewards=[0.0] * len(valid),
+        infos=[{"is_valid_action": True}] + [{"is_valid_action": v} for v in valid],
+        model_turns=[],
+        actions=[],
+        observations=[],
+        task="t",
+        prompt_messages=[],
+        env_id="e",
+        task_id=0,
+        seed=0,
+        group_id=0,
+        episode_id=0,
+        success=success,
+        format_valid=fmt,
     )
 
 
@@ -122,7 +136,9 @@ def test_reward_config_penalties():
 
 def test_registry_and_config_validation():
     assert algorithm_config_class("grpo") is GRPOConfig
-    algo = make_algorithm("grpo", {"clip_high": 0.28, "loss_agg": "seq-mean-token-mean", "reward": {"format_penalty": 0.1}})
+    algo = make_algorithm(
+        "grpo", {"clip_high": 0.28, "loss_agg": "seq-mean-token-mean", "reward": {"format_penalty": 0.1}}
+    )
     assert algo.config.clip_high == 0.28 and algo.config.reward.format_penalty == 0.1
     with pytest.raises(ConfigError, match="'clip_hgh'"):
         make_algorithm("grpo", {"clip_hgh": 0.3})
@@ -147,8 +163,14 @@ def test_per_step_samples_share_their_episode_advantage():
         return t
 
     # group 0: a won episode of 3 steps and a lost one of 1 step; group 1: two 1-step episodes
-    trajs = [sample(0, 0, 0, True), sample(0, 0, 1, True), sample(0, 0, 2, True), sample(0, 1, 0, False),
-             sample(1, 2, 0, True), sample(1, 3, 0, True)]
+    trajs = [
+        sample(0, 0, 0, True),
+        sample(0, 0, 1, True),
+        sample(0, 0, 2, True),
+        sample(0, 1, 0, False),
+        sample(1, 2, 0, True),
+        sample(1, 3, 0, True),
+    ]
     assert episode_groups(trajs) == {0: [[0, 1, 2], [3]], 1: [[4], [5]]}
     batch = make_algorithm("grpo", {"norm_std": False}).grpo_prepare(trajs)
     # episode-level mean 0.5 (not the sample-level 0.75): +0.5 on every won sample, -0.5 on the lost one

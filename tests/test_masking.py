@@ -81,7 +81,9 @@ def _check_invariants(fmt: ChatRenderer, episode: SequenceEpisode, turns: list[C
     assert len(model) == len(turns) and len(env) == len(observations)
     for span, completion in zip(model, turns):
         assert sample.token_ids[span.start : span.end] == completion.token_ids  # never re-tokenised
-        assert fmt.tokenizer.decode(sample.token_ids[span.start : span.end]) == fmt.tokenizer.decode(completion.token_ids)
+        assert fmt.tokenizer.decode(sample.token_ids[span.start : span.end]) == fmt.tokenizer.decode(
+            completion.token_ids
+        )
         assert set(sample.loss_mask[span.start : span.end]) == {1}
         assert sample.logprobs[span.start : span.end] == completion.logprobs
     for span, obs in zip(env, observations):
@@ -94,7 +96,10 @@ def _check_invariants(fmt: ChatRenderer, episode: SequenceEpisode, turns: list[C
 
 def test_smollm2_chatml_bridges(policy):
     fmt = policy.chat
-    turns = [_scripted(fmt, "<action>open door</action>", eos=False), _scripted(fmt, "I go. <action>north</action>", eos=True)]
+    turns = [
+        _scripted(fmt, "<action>open door</action>", eos=False),
+        _scripted(fmt, "I go. <action>north</action>", eos=True),
+    ]
     observations = ["The door is locked.", "You are in a hall, see 2 doors."]
     episode = _play(fmt, turns, observations)
     _check_invariants(fmt, episode, turns, observations)

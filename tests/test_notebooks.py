@@ -21,7 +21,15 @@ def test_notebook_executes(path, tmp_path, monkeypatch):
     nbclient = pytest.importorskip("nbclient")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     notebook = nbformat.read(path, as_version=4)
-    client = nbclient.NotebookClient(notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}})
+    client = nbclient.NotebookClient(
+        notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    )
     client.execute()
-    errors = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+    errors = [
+        o
+        for cell in notebook.cells
+        if cell.cell_type == "code"
+        for o in cell.get("outputs", [])
+        if o.get("output_type") == "error"
+    ]
     assert not errors

@@ -161,10 +161,15 @@ def test_parse_criteria_on_messy_output():
 
 
 def test_parse_criteria_limits_inline_lists_and_malformed():
-    assert parse_criteria(MESSY, max_criteria=2) == ["Checks the price before buying.", "Opens the drawer before taking the key"]
+    assert parse_criteria(MESSY, max_criteria=2) == [
+        "Checks the price before buying.",
+        "Opens the drawer before taking the key",
+    ]
     inline = "1. Goes to the fridge first 2. Takes the apple from the fridge 3. Heats it in the microwave"
     assert parse_criteria(inline, 5) == [
-        "Goes to the fridge first", "Takes the apple from the fridge", "Heats it in the microwave"
+        "Goes to the fridge first",
+        "Takes the apple from the fridge",
+        "Heats it in the microwave",
     ]
     assert parse_criteria("The agent should look around carefully and think.", 4) == []  # no list: malformed
     assert parse_criteria("", 4) == []
@@ -175,10 +180,23 @@ def test_parse_criteria_limits_inline_lists_and_malformed():
 
 def _traj(actions, observations, success=True):
     return Trajectory(
-        token_ids=[0], loss_mask=[0], logprobs=[0.0], spans=[TurnSpan("prompt", 0, 1)], rewards=[1.0],
-        infos=[{}], model_turns=list(actions), actions=list(actions), observations=list(observations),
-        task="find it", prompt_messages=[{"role": "user", "content": "hi"}], env_id="e", task_id=0, seed=0,
-        group_id=0, episode_id=0, success=success,
+        token_ids=[0],
+        loss_mask=[0],
+        logprobs=[0.0],
+        spans=[TurnSpan("prompt", 0, 1)],
+        rewards=[1.0],
+        infos=[{}],
+        model_turns=list(actions),
+        actions=list(actions),
+        observations=list(observations),
+        task="find it",
+        prompt_messages=[{"role": "user", "content": "hi"}],
+        env_id="e",
+        task_id=0,
+        seed=0,
+        group_id=0,
+        episode_id=0,
+        success=success,
     )
 
 
@@ -200,7 +218,10 @@ def test_insert_rubric_system_and_user():
     assert out == [{"role": "system", "content": "S\n\nR:\n- a"}, {"role": "user", "content": "U"}]
     assert msgs[0]["content"] == "S"  # not mutated
     assert insert_rubric(msgs, "- a", placement="user", template="{rubric}")[1]["content"] == "U\n\n- a"
-    assert insert_rubric(msgs[1:], "- a", placement="system", template="{rubric}")[0] == {"role": "system", "content": "- a"}
+    assert insert_rubric(msgs[1:], "- a", placement="system", template="{rubric}")[0] == {
+        "role": "system",
+        "content": "- a",
+    }
     assert insert_rubric(msgs, "  ", placement="user") == msgs
 
 

@@ -37,7 +37,15 @@ def _guess_teacher(info):
 
 def _two_episodes(policy, layout):
     """One episode won in 1 step (task 4) and one lost after 3 steps (task 19, number 20)."""
-    return collect(GUESS, policy, [TaskSpec(0, 4), TaskSpec(0, 19)], group_size=1, teacher=_guess_teacher, num_envs=1, options=RolloutOptions(max_turns=3, layout=layout, action_format="last_line"))
+    return collect(
+        GUESS,
+        policy,
+        [TaskSpec(0, 4), TaskSpec(0, 19)],
+        group_size=1,
+        teacher=_guess_teacher,
+        num_envs=1,
+        options=RolloutOptions(max_turns=3, layout=layout, action_format="last_line"),
+    )
 
 
 # --------------------------------------------------------------------------- 2. no outcome for the judges
@@ -67,7 +75,9 @@ def test_webshop_score_page_never_reaches_the_judges(policy):
         products = [a for a in actions if a.startswith("click[") and a[6:-1].isalnum() and len(a) == 17]
         return "click[buy now]" if "click[buy now]" in actions else products[0]
 
-    (attempt,) = collect(env, policy, [TaskSpec(0, 0)], group_size=1, teacher=shopper, num_envs=1, options=RolloutOptions(max_turns=5))
+    (attempt,) = collect(
+        env, policy, [TaskSpec(0, 0)], group_size=1, teacher=shopper, num_envs=1, options=RolloutOptions(max_turns=5)
+    )
     env.close()
     assert attempt.terminated and "Your score" in attempt.observations[-1]
     assert "score" not in render_attempt(attempt, max_obs_chars=10_000).lower()
@@ -132,12 +142,25 @@ def test_update_runs_in_train_mode_so_lora_dropout_acts(tmp_path, monkeypatch):
         return loss(self, policy, *args, **kwargs)
 
     monkeypatch.setattr(GRPO, "loss", recording)
-    config = load_config(None, [
-        "model.name=tiny-random", f"env.id={GUESS}", "model.lora={enabled: true, r: 4, alpha: 8, dropout: 0.5}",
-        "rollout.tasks_per_iteration=1", "rollout.group_size=2", "rollout.max_turns=1", "rollout.max_new_tokens=4",
-        "eval.every=0", "eval.num_tasks=1", "train.iterations=1", "train.threads=1", f"train.output_dir={tmp_path}",
-        "logging.live=false", "logging.tensorboard=false",
-    ])
+    config = load_config(
+        None,
+        [
+            "model.name=tiny-random",
+            f"env.id={GUESS}",
+            "model.lora={enabled: true, r: 4, alpha: 8, dropout: 0.5}",
+            "rollout.tasks_per_iteration=1",
+            "rollout.group_size=2",
+            "rollout.max_turns=1",
+            "rollout.max_new_tokens=4",
+            "eval.every=0",
+            "eval.num_tasks=1",
+            "train.iterations=1",
+            "train.threads=1",
+            f"train.output_dir={tmp_path}",
+            "logging.live=false",
+            "logging.tensorboard=false",
+        ],
+    )
     trainer = Trainer(config)
     trainer.run()
     assert modes and all(modes) and not trainer.policy.model.training
@@ -145,7 +168,14 @@ def test_update_runs_in_train_mode_so_lora_dropout_acts(tmp_path, monkeypatch):
 
 def test_bf16_delta_baseline_is_rescored(policy):
     bf16 = load_policy("tiny-random", dtype="bfloat16", seed=0)
-    samples = collect(GUESS, bf16, [TaskSpec(1, 3)], group_size=2, sampling=SamplingParams(max_new_tokens=6), options=RolloutOptions(max_turns=2, action_format="last_line"))
+    samples = collect(
+        GUESS,
+        bf16,
+        [TaskSpec(1, 3)],
+        group_size=2,
+        sampling=SamplingParams(max_new_tokens=6),
+        options=RolloutOptions(max_turns=2, action_format="last_line"),
+    )
     empty = [""] * len(samples)  # the privileged prompt is the original one: delta must be 0
     rollout = replay_deltas(bf16, samples, empty, baseline="rollout", force_score=True)
     rescore = replay_deltas(bf16, samples, empty, baseline="rescore", force_score=True)

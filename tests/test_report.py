@@ -23,16 +23,29 @@ def test_mean_ci_matches_hand_computation():
 
 
 def _plan(seed, warnings=()):
-    summary = {"partition": "floor plans", "eval_on": "held_out", "eval_kwargs": {"split": "generated_eval"},
-               "eval_tasks": 3, "warnings": list(warnings)}
-    keys = {"train": [f"e:train-{seed}", f"e:train-{seed + 1}"], "eval": ["e:eval-0", "e:eval-1", "e:eval-1"],
-            "warm_start": ["e:train-9"]}
+    summary = {
+        "partition": "floor plans",
+        "eval_on": "held_out",
+        "eval_kwargs": {"split": "generated_eval"},
+        "eval_tasks": 3,
+        "warnings": list(warnings),
+    }
+    keys = {
+        "train": [f"e:train-{seed}", f"e:train-{seed + 1}"],
+        "eval": ["e:eval-0", "e:eval-1", "e:eval-1"],
+        "warm_start": ["e:train-9"],
+    }
     return {"summary": summary, "keys": keys}
 
 
 def _run(algo, seed, successes, tmp_path):
-    evals = [{"iteration": i * 2, "env_steps": i * 100, "eval/success_rate": s, "eval/mean_return": s} for i, s in enumerate(successes)]
-    metrics = [{"iteration": 1, "algo/zero_adv_group_frac": 0.25, **({"orsd/rubric_frac": 0.5} if algo == "orsd" else {})}]
+    evals = [
+        {"iteration": i * 2, "env_steps": i * 100, "eval/success_rate": s, "eval/mean_return": s}
+        for i, s in enumerate(successes)
+    ]
+    metrics = [
+        {"iteration": 1, "algo/zero_adv_group_frac": 0.25, **({"orsd/rubric_frac": 0.5} if algo == "orsd" else {})}
+    ]
     return RunResult(algo, seed, tmp_path / f"{algo}{seed}", evals, metrics, _plan(seed))
 
 

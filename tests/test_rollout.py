@@ -43,8 +43,13 @@ def assert_well_formed(t: Trajectory, tokenizer) -> None:
 
 
 def test_guess_number_groups_are_well_formed_and_deterministic(policy, tmp_path):
-    kwargs = dict(group_size=3, sampling=SamplingParams(max_new_tokens=12), options=RolloutOptions(max_turns=4), seed=5,
-                  num_envs=4)
+    kwargs = dict(
+        group_size=3,
+        sampling=SamplingParams(max_new_tokens=12),
+        options=RolloutOptions(max_turns=4),
+        seed=5,
+        num_envs=4,
+    )
     trajectories = collect(GUESS, policy, [0, 1, TaskSpec(seed=2, task_id=6)], **kwargs)
     assert len(trajectories) == 9
     groups = group_by(trajectories)
@@ -68,7 +73,14 @@ def test_guess_number_groups_are_well_formed_and_deterministic(policy, tmp_path)
 def test_scripted_winner_reaches_success(policy):
     """Greedy search through the env's feedback with the real collector: ensures rewards/success flow."""
     env = gym.make(GUESS)
-    out = collect(env, policy, [TaskSpec(seed=0, task_id=0)], group_size=1, sampling=SamplingParams(max_new_tokens=4), options=RolloutOptions(on_unparsable="noop", noop_action="guess 1", max_turns=3))
+    out = collect(
+        env,
+        policy,
+        [TaskSpec(seed=0, task_id=0)],
+        group_size=1,
+        sampling=SamplingParams(max_new_tokens=4),
+        options=RolloutOptions(on_unparsable="noop", noop_action="guess 1", max_turns=3),
+    )
     env.close()
     (t,) = out
     assert t.actions[0] == "guess 1" and t.format_valid[0] is False  # random text is unparsable -> noop
@@ -76,7 +88,14 @@ def test_scripted_winner_reaches_success(policy):
 
 
 def test_token_budget_truncates_and_keeps_the_episode(policy):
-    out = collect(GUESS, policy, [0], group_size=2, sampling=SamplingParams(max_new_tokens=16), options=RolloutOptions(max_episode_tokens=150, max_turns=10))
+    out = collect(
+        GUESS,
+        policy,
+        [0],
+        group_size=2,
+        sampling=SamplingParams(max_new_tokens=16),
+        options=RolloutOptions(max_episode_tokens=150, max_turns=10),
+    )
     assert len(out) == 2
     for t in out:
         assert t.truncated and not t.terminated and t.extra["cut_by"] == "max_episode_tokens"
@@ -97,7 +116,14 @@ def test_vector_env_and_no_kv_cache_give_the_same_tokens(policy):
 
 
 def test_per_step_layout(policy):
-    out = collect(GUESS, policy, [0], group_size=2, sampling=SamplingParams(max_new_tokens=8), options=RolloutOptions(layout="per_step", history=2, max_turns=3))
+    out = collect(
+        GUESS,
+        policy,
+        [0],
+        group_size=2,
+        sampling=SamplingParams(max_new_tokens=8),
+        options=RolloutOptions(layout="per_step", history=2, max_turns=3),
+    )
     steps = [t.step for t in out]
     assert steps.count(0) == 2 and max(steps) == 2
     assert len({t.episode_id for t in out}) == 2  # every sample names its episode
@@ -121,7 +147,15 @@ def test_bad_arguments(policy):
 def _two_attempts(policy, env_id: str, **env_kwargs):
     env = gym.make(env_id, **env_kwargs)
     try:
-        out = collect(env, policy, [0], group_size=2, num_envs=1, sampling=SamplingParams(max_new_tokens=12), options=RolloutOptions(max_turns=3))
+        out = collect(
+            env,
+            policy,
+            [0],
+            group_size=2,
+            num_envs=1,
+            sampling=SamplingParams(max_new_tokens=12),
+            options=RolloutOptions(max_turns=3),
+        )
     finally:
         env.close()
     for t in out:
@@ -131,7 +165,9 @@ def _two_attempts(policy, env_id: str, **env_kwargs):
 
 @pytest.mark.slow
 def test_alfworld_generated_rollout(policy):
-    out = _two_attempts(policy, "orsd_gym/ALFWorld-v0", generator={"num_tasks": 2, "max_receptacles": 3, "num_distractors": 1})
+    out = _two_attempts(
+        policy, "orsd_gym/ALFWorld-v0", generator={"num_tasks": 2, "max_receptacles": 3, "num_distractors": 1}
+    )
     for t in out:
         assert "Admissible actions:" in t.prompt_messages[1]["content"]
 
@@ -145,9 +181,34 @@ def test_cli_end_to_end(policy, tmp_path):
     out = tmp_path / "r.jsonl"
     # Through main() of the imported module (as the `orsd-gym` script does), not `-m orsd_gym.cli`.
     entry = "import sys; from orsd_gym.cli import main; sys.exit(main(sys.argv[1:]))"
-    cmd = [sys.executable, "-c", entry, "rollout", "--env", GUESS, "--model", "tiny-random", "--tasks", "2",
-           "--group", "2", "--max-turns", "2", "--max-new-tokens", "8", "--out", str(out), "--quiet"]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env={**__import__("os").environ, "OMP_NUM_THREADS": "1", "COLUMNS": "200"})
+    cmd = [
+        sys.executable,
+        "-c",
+        entry,
+        "rollout",
+        "--env",
+        GUESS,
+        "--model",
+        "tiny-random",
+        "--tasks",
+        "2",
+        "--group",
+        "2",
+        "--max-turns",
+        "2",
+        "--max-new-tokens",
+        "8",
+        "--out",
+        str(out),
+        "--quiet",
+    ]
+    done = subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**__import__("os").environ, "OMP_NUM_THREADS": "1", "COLUMNS": "200"},
+    )
     assert done.returncode == 0, done.stderr
     assert "success rate" in done.stdout and "wrote 4 trajectories" in done.stdout
     assert len(load_jsonl(out)) == 4

@@ -67,17 +67,26 @@ def test_a_user_env_without_a_partition_gets_one_and_a_warning():
 
 def test_generated_alfworld_evaluates_in_held_out_floor_plans():
     pytest.importorskip("textworld")
-    config = load_config(None, [
-        "env.id=orsd_gym/ALFWorld-v0",
-        "env.kwargs={task_types: [pick_and_place_simple], generator: {num_tasks: 6, max_receptacles: 2, num_distractors: 0}}",
-        "eval.num_tasks=3", "rollout.tasks_per_iteration=2", "train.iterations=2", "warm_start.episodes=2",
-    ])
+    config = load_config(
+        None,
+        [
+            "env.id=orsd_gym/ALFWorld-v0",
+            "env.kwargs.task_types=[pick_and_place_simple]",
+            "env.kwargs.generator={num_tasks: 6, max_receptacles: 2, num_distractors: 0}",
+            "eval.num_tasks=3",
+            "rollout.tasks_per_iteration=2",
+            "train.iterations=2",
+            "warm_start.episodes=2",
+        ],
+    )
     plan = build_task_plan(config)
     assert plan.eval_kwargs["split"] == "generated_eval" and plan.train_kwargs["split"] == "generated"
     import gymnasium as gym
 
-    for kwargs, tasks, held_out in ((plan.eval_kwargs, plan.eval, True),
-                                    (plan.train_kwargs, [t for ts in plan.train for t in ts] + plan.warm_start, False)):
+    for kwargs, tasks, held_out in (
+        (plan.eval_kwargs, plan.eval, True),
+        (plan.train_kwargs, [t for ts in plan.train for t in ts] + plan.warm_start, False),
+    ):
         env = gym.make("orsd_gym/ALFWorld-v0", **kwargs)
         for task in tasks:
             scene = int(env.unwrapped.tasks[task.task_id].name.split("/")[0].rsplit("-", 1)[1])
@@ -87,7 +96,9 @@ def test_generated_alfworld_evaluates_in_held_out_floor_plans():
 
 def test_webshop_evaluates_on_test_goals_and_trains_on_the_rest():
     pytest.importorskip("spacy")
-    plan = build_task_plan(load_config(None, ["env.id=orsd_gym/WebShop-v0", "eval.num_tasks=20", "warm_start.episodes=0"]))
+    plan = build_task_plan(
+        load_config(None, ["env.id=orsd_gym/WebShop-v0", "eval.num_tasks=20", "warm_start.episodes=0"])
+    )
     index = lambda key: int(key.rsplit("-", 1)[1])  # noqa: E731
     assert all(index(k) < 500 for k in plan.keys()["eval"])
     assert all(index(k) >= 500 for k in plan.keys()["train"])
@@ -111,12 +122,25 @@ def test_every_shipped_config_plans_disjoint_distinct_evaluation(name, request, 
 
 
 def test_the_trainer_runs_exactly_its_plan(tmp_path):
-    config = load_config(None, [
-        "model.name=tiny-random", f"env.id={VOWEL_ENV}", "rollout.tasks_per_iteration=2", "rollout.group_size=2",
-        "rollout.max_turns=1", "rollout.max_new_tokens=4", "rollout.action_format=last_line",
-        "eval.num_tasks=2", "eval.every=1", "train.iterations=2", "train.threads=1",
-        f"train.output_dir={tmp_path}", "logging.live=false", "logging.tensorboard=false",
-    ])
+    config = load_config(
+        None,
+        [
+            "model.name=tiny-random",
+            f"env.id={VOWEL_ENV}",
+            "rollout.tasks_per_iteration=2",
+            "rollout.group_size=2",
+            "rollout.max_turns=1",
+            "rollout.max_new_tokens=4",
+            "rollout.action_format=last_line",
+            "eval.num_tasks=2",
+            "eval.every=1",
+            "train.iterations=2",
+            "train.threads=1",
+            f"train.output_dir={tmp_path}",
+            "logging.live=false",
+            "logging.tensorboard=false",
+        ],
+    )
     Trainer(config).run()
     written = json.loads((tmp_path / "task_plan.json").read_text())
     assert written["keys"] == task_plan(config)

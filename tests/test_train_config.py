@@ -94,4 +94,6 @@ def test_shipped_configs_validate_for_every_algorithm(name):
 
 
 def test_shipped_configs_exist():
-    assert {"alfworld_cpu", "webshop_cpu", "alfworld_qwen3_1.7b", "webshop_qwen3_1.7b"} <= set(configio.shipped_configs())
+    assert {"alfworld_cpu", "webshop_cpu", "alfworld_qwen3_1.7b", "webshop_qwen3_1.7b"} <= set(
+        configio.shipped_configs()
+    )

@@ -68,14 +68,28 @@ def test_training_tasks_are_shared_across_algorithms():
 @pytest.mark.slow
 def test_orsd_run_on_generated_alfworld(tmp_path):
     pytest.importorskip("textworld")
-    config = load_config(None, [
-        "model.name=tiny-random", "algo.name=orsd", "env.id=orsd_gym/ALFWorld-v0",
-        "env.kwargs={generator: {num_tasks: 4, max_receptacles: 4, num_distractors: 1}}",
-        "rollout.tasks_per_iteration=1", "rollout.group_size=2", "rollout.max_turns=2", "rollout.max_new_tokens=8",
-        "rollout.max_episode_tokens=1024", "train.iterations=1", "eval.every=1", "eval.num_tasks=1",
-        "algo.params={num_bundles: 2}",
-        f"train.output_dir={tmp_path}", "train.threads=1", "logging.live=false", "logging.tensorboard=false",
-    ])
+    config = load_config(
+        None,
+        [
+            "model.name=tiny-random",
+            "algo.name=orsd",
+            "env.id=orsd_gym/ALFWorld-v0",
+            "env.kwargs={generator: {num_tasks: 4, max_receptacles: 4, num_distractors: 1}}",
+            "rollout.tasks_per_iteration=1",
+            "rollout.group_size=2",
+            "rollout.max_turns=2",
+            "rollout.max_new_tokens=8",
+            "rollout.max_episode_tokens=1024",
+            "train.iterations=1",
+            "eval.every=1",
+            "eval.num_tasks=1",
+            "algo.params={num_bundles: 2}",
+            f"train.output_dir={tmp_path}",
+            "train.threads=1",
+            "logging.live=false",
+            "logging.tensorboard=false",
+        ],
+    )
     summary = Trainer(config).run()
     assert summary.final_eval is not None and "eval/success_rate" in summary.final_eval
     records = read_metrics(tmp_path / "metrics.jsonl")
@@ -99,8 +113,17 @@ def _train_cli(out: Path, iterations: int, *, resume: bool = False, wait: bool =
         f"import sys; sys.path.insert(0, {str(TESTS)!r}); import resumable_env; "
         "from orsd_gym.cli import main; sys.exit(main(sys.argv[1:]))"
     )
-    args = [sys.executable, "-c", code, "train", "--no-live", *(["--resume"] if resume else []),
-            *VOWEL_RUN, f"train.iterations={iterations}", f"train.output_dir={out}"]
+    args = [
+        sys.executable,
+        "-c",
+        code,
+        "train",
+        "--no-live",
+        *(["--resume"] if resume else []),
+        *VOWEL_RUN,
+        f"train.iterations={iterations}",
+        f"train.output_dir={out}",
+    ]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     if wait:
         return subprocess.run(args, capture_output=True, text=True, env=env, timeout=600)
@@ -127,7 +150,9 @@ def test_sigkill_then_resume_matches_uninterrupted_run(tmp_path):
 
     resumed = _train_cli(interrupted, iterations, resume=True)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
-    assert _comparable(read_metrics(interrupted / "metrics.jsonl")) == _comparable(read_metrics(reference / "metrics.jsonl"))
+    assert _comparable(read_metrics(interrupted / "metrics.jsonl")) == _comparable(
+        read_metrics(reference / "metrics.jsonl")
+    )
     final_a = latest_good_checkpoint(reference / "checkpoints").policy_state
     final_b = latest_good_checkpoint(interrupted / "checkpoints").policy_state
     assert final_a.keys() == final_b.keys()

@@ -14,7 +14,8 @@ from orsd_gym.train.warm_start import clone, collect_demonstrations, ensure_warm
 EASY_ALFWORLD = [
     "model.name=tiny-random",
     "env.id=orsd_gym/ALFWorld-v0",
-    "env.kwargs={task_types: [pick_and_place_simple], generator: {num_tasks: 4, max_receptacles: 2, num_distractors: 0}}",
+    "env.kwargs.task_types=[pick_and_place_simple]",
+    "env.kwargs.generator={num_tasks: 4, max_receptacles: 2, num_distractors: 0}",
     "rollout.max_turns=8",
     "rollout.action_format=admissible",
     "warm_start.episodes=3",
@@ -40,7 +41,10 @@ def test_demonstrations_are_expert_wins_in_rollout_layout(setup):
     assert [d.task_id for d in demos] == [task.task_id for task in plan.warm_start]
     for demo in demos:
         assert demo.format_valid == [True] * demo.num_turns
-        decoded = [policy.tokenizer.decode(demo.token_ids[s.start : s.end], skip_special_tokens=True) for s in demo.model_spans()]
+        decoded = [
+            policy.tokenizer.decode(demo.token_ids[s.start : s.end], skip_special_tokens=True)
+            for s in demo.model_spans()
+        ]
         assert decoded == demo.actions  # each cloned span is exactly the expert's action (+ end of turn)
         assert "Choose one of these actions" in demo.prompt_messages[1]["content"]
 

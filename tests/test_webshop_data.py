@@ -23,18 +23,47 @@ from orsd_gym.envs.webshop.synthetic import synthetic_catalog_data, synthetic_re
 from orsd_gym.errors import GoalError, JSONStreamError, WebShopDataError
 
 PROCESSED_FIELDS = {
-    "asin", "name", "category", "query", "product_category", "Title", "Description", "BulletPoints", "Reviews",
-    "Rating", "pricing", "Price", "options", "Attributes", "instruction_text", "instruction_attributes", "MainImage",
+    "asin",
+    "name",
+    "category",
+    "query",
+    "product_category",
+    "Title",
+    "Description",
+    "BulletPoints",
+    "Reviews",
+    "Rating",
+    "pricing",
+    "Price",
+    "options",
+    "Attributes",
+    "instruction_text",
+    "instruction_attributes",
+    "MainImage",
 }
-GOAL_FIELDS = {"asin", "category", "query", "name", "product_category", "instruction_text", "attributes",
-               "price_upper", "goal_options", "weight"}
+GOAL_FIELDS = {
+    "asin",
+    "category",
+    "query",
+    "name",
+    "product_category",
+    "instruction_text",
+    "attributes",
+    "price_upper",
+    "goal_options",
+    "weight",
+}
 
 
 # --------------------------------------------------------------------------- streaming JSON
 @pytest.mark.parametrize("chunk", [1, 3, 7, 64, 1 << 20])
 def test_stream_readers_match_json_load(tmp_path, chunk):
-    records = [{"asin": "B01", "pricing": "$1.5", "n": 12345678, "x": [1.25, None, True, "a\"]},"]},
-               {"asin": "B02", "nested": {"k": [[], {}]}, "u": "caf\u00e9 \u2122"}, 9876543210, "tail"]
+    records = [
+        {"asin": "B01", "pricing": "$1.5", "n": 12345678, "x": [1.25, None, True, 'a"]},']},
+        {"asin": "B02", "nested": {"k": [[], {}]}, "u": "caf\u00e9 \u2122"},
+        9876543210,
+        "tail",
+    ]
     array_path = tmp_path / "a.json"
     array_path.write_text(json.dumps(records, indent=1), encoding="utf-8")
     assert list(iter_json_array(array_path, chunk_chars=chunk)) == records
@@ -81,15 +110,26 @@ def test_parse_options_lowercases_strips_and_replaces_slashes():
 
 
 def _raw(asin, **extra):
-    base = {"asin": asin, "name": f"Thing {asin}", "full_description": "d", "pricing": "$3.0", "images": [],
-            "product_category": "A › B", "small_description": "one bullet", "customization_options": "",
-            "category": "c", "query": " Things "}
+    base = {
+        "asin": asin,
+        "name": f"Thing {asin}",
+        "full_description": "d",
+        "pricing": "$3.0",
+        "images": [],
+        "product_category": "A › B",
+        "small_description": "one bullet",
+        "customization_options": "",
+        "category": "c",
+        "query": " Things ",
+    }
     return {**base, **extra}
 
 
 def test_process_products_skips_bad_and_duplicate_asins_and_maps_fields():
     raws = [_raw("B1"), _raw("nan"), _raw("B0123456789X"), _raw("B1", name="dup"), _raw("B2")]
-    attributes = {"B1": {"attributes": ["soft"], "instruction": "i need a soft thing", "instruction_attributes": ["soft"]}}
+    attributes = {
+        "B1": {"attributes": ["soft"], "instruction": "i need a soft thing", "instruction_attributes": ["soft"]}
+    }
     products = list(process_products(raws, attributes))
     assert [p["asin"] for p in products] == ["B1", "B2"]
     first, second = products
@@ -188,8 +228,15 @@ def test_split_and_goal_validation_errors():
         validate_goal({"instruction_text": "x"})
     with pytest.raises(GoalError, match="dict"):
         validate_goal("buy a hat")
-    good = {"instruction_text": "i need a hat", "attributes": ["warm"], "goal_options": {}, "price_upper": "30",
-            "query": "hat", "product_category": "a › b", "name": "Wool Hat"}
+    good = {
+        "instruction_text": "i need a hat",
+        "attributes": ["warm"],
+        "goal_options": {},
+        "price_upper": "30",
+        "query": "hat",
+        "product_category": "a › b",
+        "name": "Wool Hat",
+    }
     checked = validate_goal(good)
     assert checked["price_upper"] == 30.0 and checked["asin"] is None
     with pytest.raises(GoalError, match="price_upper"):
@@ -202,8 +249,20 @@ def test_synthetic_catalog_is_deterministic_and_in_the_official_format():
     again, _ = synthetic_catalog_data(120, seed=5)
     other, _ = synthetic_catalog_data(120, seed=6)
     assert raws == again and raws != other
-    official_raw_keys = {"name", "full_description", "pricing", "images", "product_category", "average_rating",
-                         "small_description", "customization_options", "asin", "category", "query", "page"}
+    official_raw_keys = {
+        "name",
+        "full_description",
+        "pricing",
+        "images",
+        "product_category",
+        "average_rating",
+        "small_description",
+        "customization_options",
+        "asin",
+        "category",
+        "query",
+        "page",
+    }
     assert all(set(r) == official_raw_keys for r in raws)
     assert len({r["asin"] for r in raws}) == 120 and all(len(r["asin"]) == 10 for r in raws)
     assert len({r["category"] for r in raws}) >= 4

@@ -71,8 +71,10 @@ def test_scripted_episodes_on_shared_data_score_one(data_dir, goal_index):
 
 @pytest.mark.official_data
 def test_splits_on_shared_data(data_dir):
-    sizes = {split: len(gym.make(ENV_ID, data_dir=data_dir, goal_split=split).unwrapped.goals)
-             for split in ("test", "train", "all")}
+    sizes = {
+        split: len(gym.make(ENV_ID, data_dir=data_dir, goal_split=split).unwrapped.goals)
+        for split in ("test", "train", "all")
+    }
     assert sizes == {"test": 500, "train": 6410, "all": 6910}
     train = gym.make(ENV_ID, data_dir=data_dir, goal_split="train").unwrapped
     all_goals = gym.make(ENV_ID, data_dir=data_dir, goal_split="all").unwrapped
@@ -98,7 +100,7 @@ def test_text_pages_on_shared_data(data_dir):
     shown = env.unwrapped.session.state.results[:10]
     assert clickables[2:] == [a.lower() for a in shown]
     catalog = env.unwrapped.catalog.by_asin
-    entries = obs[len(head):].split(" [SEP] ")
+    entries = obs[len(head) :].split(" [SEP] ")
     assert entries[:3] == [shown[0], catalog[shown[0]]["Title"].strip(), catalog[shown[0]]["Price"]]
     assert all(re.fullmatch(r"B[0-9A-Z]{9}", e) for e in entries[::3])
     assert "click[next >]" in info["admissible_actions"] and SEARCH_TEMPLATE not in info["admissible_actions"]
@@ -110,11 +112,19 @@ def test_text_pages_on_shared_data(data_dir):
     obs, _, _, _, info = env.step(f"click[{page2[0]}]")  # upper-case works: arguments are lower-cased
     product = catalog[page2[0]]
     assert obs.startswith(f"Instruction: [SEP] {instruction} [SEP] Back to Search [SEP] < Prev [SEP] ")
-    assert obs.endswith(f"{product['Title'].strip()} [SEP] Price: {product['Price']} [SEP] Rating: N.A. "
-                        "[SEP] Description [SEP] Features [SEP] Reviews [SEP] Buy Now")
+    assert obs.endswith(
+        f"{product['Title'].strip()} [SEP] Price: {product['Price']} [SEP] Rating: N.A. "
+        "[SEP] Description [SEP] Features [SEP] Reviews [SEP] Buy Now"
+    )
     option_values = [v for values in product["options"].values() for v in values]
     assert info["available_actions"]["clickables"][:6] == [
-        "back to search", "< prev", "description", "features", "reviews", "buy now"]
+        "back to search",
+        "< prev",
+        "description",
+        "features",
+        "reviews",
+        "buy now",
+    ]
     assert set(info["available_actions"]["clickables"][6:]) == set(option_values)
 
     obs, _, _, _, info = env.step("click[features]")
@@ -238,8 +248,19 @@ def test_invalid_actions_are_noops_on_every_page():
     env = gym.make(ENV_ID)
     obs, info = env.reset(seed=0)
     goal = env.unwrapped.goals[info["task_id"]]
-    for action in ["click[search]", "click[buy now]", "click[next >]", "search[]", "search[   ]", "buy", "",
-                   "click[]", "Click[search]", "search [x]", "click[b000000000]"]:
+    for action in [
+        "click[search]",
+        "click[buy now]",
+        "click[next >]",
+        "search[]",
+        "search[   ]",
+        "buy",
+        "",
+        "click[]",
+        "Click[search]",
+        "search [x]",
+        "click[b000000000]",
+    ]:
         out = env.step(action)
         assert out[0] == obs and out[1] == 0.0 and not out[2] and out[4]["is_valid_action"] is False, action
     obs, *_ = env.step(f"  search[{goal['name']}]  ")  # surrounding whitespace is tolerated
@@ -354,7 +375,9 @@ def test_benchmark_script_runs_at_a_tiny_size(tmp_path):
     out = tmp_path / "perf.json"
     done = subprocess.run(
         [sys.executable, str(script), "--large-products", "300", "--steps", "30", "--queries", "5", "--out", str(out)],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "search latency" in done.stdout and "KiB/product" in done.stdout

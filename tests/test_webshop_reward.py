@@ -22,9 +22,13 @@ CATEGORY = "Clothing, Shoes & Jewelry › Men › Clothing › Shirts › T-Shir
 
 def product(**overrides):
     base = {
-        "asin": "B0TEST0001", "name": "Classic Cotton T-Shirt", "Title": "Classic Cotton T-Shirt",
-        "query": "men's t-shirt", "product_category": CATEGORY,
-        "Attributes": ["machine wash", "short sleeve"], "BulletPoints": ["Soft fabric", "Relaxed fit"],
+        "asin": "B0TEST0001",
+        "name": "Classic Cotton T-Shirt",
+        "Title": "Classic Cotton T-Shirt",
+        "query": "men's t-shirt",
+        "product_category": CATEGORY,
+        "Attributes": ["machine wash", "short sleeve"],
+        "BulletPoints": ["Soft fabric", "Relaxed fit"],
         "Description": "A breathable everyday tee.",
     }
     return {**base, **overrides}
@@ -32,8 +36,13 @@ def product(**overrides):
 
 def goal(**overrides):
     base = {
-        "asin": "B0TEST0001", "name": "Classic Cotton T-Shirt", "query": "men's t-shirt", "product_category": CATEGORY,
-        "attributes": ["machine wash"], "goal_options": {"color": "navy blue", "size": "large"}, "price_upper": 30.0,
+        "asin": "B0TEST0001",
+        "name": "Classic Cotton T-Shirt",
+        "query": "men's t-shirt",
+        "product_category": CATEGORY,
+        "attributes": ["machine wash"],
+        "goal_options": {"color": "navy blue", "size": "large"},
+        "price_upper": 30.0,
         "instruction_text": "i need a machine wash t-shirt",
     }
     return {**base, **overrides}
@@ -116,16 +125,21 @@ def test_fuzzy_ratio_follows_thefuzz_processing_and_rounding():
 
 
 def test_attribute_matching_branches():
-    p = product(Attributes=["Gluten-Free", "low sugar"], Title="Crunchy Protein Bar, High Protein",
-                BulletPoints=["Made with real almonds", "Keto friendly"], Description="Non GMO ingredients.")
+    p = product(
+        Attributes=["Gluten-Free", "low sugar"],
+        Title="Crunchy Protein Bar, High Protein",
+        BulletPoints=["Made with real almonds", "Keto friendly"],
+        Description="Non GMO ingredients.",
+    )
     assert attribute_matches(p, ["free gluten"]) == 1  # fuzzy against an attribute
     assert attribute_matches(p, ["high protein"]) == 1  # substring of the title
     assert attribute_matches(p, ["almonds keto"]) == 1  # substring of the bullets joined with spaces
     assert attribute_matches(p, ["almonds friendly"]) == 0  # a substring test, not a bag of words
     assert attribute_matches(p, ["non gmo"]) == 1  # substring of the description
     assert attribute_matches(p, ["dairy free"]) == 0
-    value, details = purchase_reward(p, goal(name=p["name"], attributes=["high protein", "dairy free"]), 1.0,
-                                     {"color": "navy blue", "size": "large"})
+    value, details = purchase_reward(
+        p, goal(name=p["name"], attributes=["high protein", "dairy free"]), 1.0, {"color": "navy blue", "size": "large"}
+    )
     assert details["r_att"] == 0.5 and value == pytest.approx((1 + 2 + 1) / 5)
 
 

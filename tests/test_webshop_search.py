@@ -19,7 +19,15 @@ from orsd_gym.envs.webshop.search import (
 def test_analyzer_tokenizes_drops_stop_words_and_stems():
     analyze = LuceneEnglishAnalyzer()
     assert analyze("The Men's Running Shoes are for walking and hiking") == ["men", "run", "shoe", "walk", "hike"]
-    assert analyze("X-Large 3.5 inch, 1,000 pcs: B09QQLDJ93") == ["x", "larg", "3.5", "inch", "1,000", "pc", "b09qqldj93"]
+    assert analyze("X-Large 3.5 inch, 1,000 pcs: B09QQLDJ93") == [
+        "x",
+        "larg",
+        "3.5",
+        "inch",
+        "1,000",
+        "pc",
+        "b09qqldj93",
+    ]
     assert analyze("") == [] and analyze("a an the !!!") == []
 
 
@@ -66,8 +74,12 @@ def test_search_returns_at_most_50_and_keeps_ties_stable():
 
 
 def test_product_document_is_title_description_first_bullet_and_options():
-    product = {"Title": "Cozy Mug", "Description": "Big.", "BulletPoints": ["Holds 12 oz", "Dishwasher safe"],
-               "options": {"color": ["red", "blue"], "size": ["12 oz"]}}
+    product = {
+        "Title": "Cozy Mug",
+        "Description": "Big.",
+        "BulletPoints": ["Holds 12 oz", "Dishwasher safe"],
+        "options": {"color": ["red", "blue"], "size": ["12 oz"]},
+    }
     assert product_document(product) == "cozy mug big. holds 12 oz color: red, blue, and size: 12 oz"
     assert product_document({**product, "BulletPoints": []}).startswith("cozy mug big.  color")
 

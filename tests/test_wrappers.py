@@ -219,7 +219,10 @@ def test_hashed_bag_of_words_is_normalised_and_stable_across_processes():
     assert np.allclose(np.linalg.norm(vectors[:3], axis=1), 1.0) and not vectors[3].any()
     assert np.array_equal(vectors[0], vectors[1]) and not np.array_equal(vectors[0], vectors[2])
     # crc32, not the per-process salted hash(): a subprocess worker encodes identically.
-    code = "from orsd_gym.wrappers import HashedBagOfWords; print(HashedBagOfWords(dim=64).encode(['go to countertop 1'])[0].tolist())"
+    code = (
+        "from orsd_gym.wrappers import HashedBagOfWords; "
+        "print(HashedBagOfWords(dim=64).encode(['go to countertop 1'])[0].tolist())"
+    )
     child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert np.allclose(eval(child.stdout), vectors[0])
     assert HashedBagOfWords(dim=64, bigrams=False).encode(["a b"]).nonzero()[1].size <= 2

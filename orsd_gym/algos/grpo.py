@@ -56,7 +56,9 @@ class GRPOConfig:
         if self.kl_coef < 0:
             raise ValueError(f"kl_coef must be >= 0, got {self.kl_coef}")
         if self.temperature <= 0:
-            raise ValueError(f"temperature must be > 0 (greedy rollouts have no usable log-probs), got {self.temperature}")
+            raise ValueError(
+                f"temperature must be > 0 (greedy rollouts have no usable log-probs), got {self.temperature}"
+            )
 
     @property
     def needs_reference(self) -> bool:
@@ -193,7 +195,9 @@ class GRPO(Algorithm):
         zero_groups = 0
         for episodes in groups.values():
             # One reward per attempt: per-step samples of an episode share its advantage.
-            adv = group_advantages([rewards[e[0]] for e in episodes], norm_std=self.config.norm_std, eps=self.config.eps)
+            adv = group_advantages(
+                [rewards[e[0]] for e in episodes], norm_std=self.config.norm_std, eps=self.config.eps
+            )
             zero_groups += int(not np.any(adv))
             for samples, a in zip(episodes, adv, strict=True):
                 for i in samples:

@@ -11,11 +11,11 @@ _MISSING = [name for name in ("stable_baselines3", "sb3_contrib") if importlib.u
 if _MISSING:
     raise ImportError(f'orsd_gym.baselines needs {" and ".join(_MISSING)}: pip install "orsd-gym[sb3]"')
 
-from orsd_gym.baselines.algorithms import ALGORITHMS, SB3_ALGORITHMS, MaskedDQN, RandomAdmissibleAgent
-from orsd_gym.baselines.envs import make_choice_env
-from orsd_gym.baselines.evaluation import EpisodeStats, EvalPoint, evaluate, play_episode
-from orsd_gym.baselines.policies import DRRNActorCriticPolicy, DRRNFeatures, DRRNQPolicy, MaskableDRRNPolicy
-from orsd_gym.baselines.train import BaselineResult, load_baseline, train_baseline
+from orsd_gym.baselines.algorithms import ALGORITHMS, SB3_ALGORITHMS, MaskedDQN, RandomAdmissibleAgent  # noqa: E402  (after the guard)
+from orsd_gym.baselines.envs import make_choice_env  # noqa: E402  (after the guard)
+from orsd_gym.baselines.evaluation import EpisodeStats, EvalPoint, evaluate, play_episode  # noqa: E402  (after the guard)
+from orsd_gym.baselines.policies import DRRNActorCriticPolicy, DRRNFeatures, DRRNQPolicy, MaskableDRRNPolicy  # noqa: E402  (after the guard)
+from orsd_gym.baselines.train import BaselineResult, load_baseline, train_baseline  # noqa: E402  (after the guard)
 
 __all__ = [
     "ALGORITHMS",

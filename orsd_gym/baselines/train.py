@@ -123,10 +123,11 @@ def train_baseline(
     tasks of ``gym.make(env_id, **env_kwargs)``, held-out ones of ``gym.make(env_id, **eval_env_kwargs)``
     (default: ``env_kwargs``), for envs whose held-out side is other data (WebShop's test goals,
     ALFWorld's valid games). Training envs play ``train_tasks`` in seeded passes (`TaskSchedule`;
-    sub-env ``i`` reshuffles with ``seed + i``); evaluation plays each held-out task once with the deterministic policy, before training, every
-    ``eval_every_steps`` env steps and at the end. SB3 collects whole rollouts, so training may run
-    a little past ``total_env_steps`` (``train_env_steps`` is the real count). ``algo_kwargs``
-    override the algorithm's defaults (`SB3_ALGORITHMS`), e.g. ``{"policy_kwargs": {...}}``.
+    sub-env ``i`` reshuffles with ``seed + i``); evaluation plays each held-out task once with the
+    deterministic policy, before training, every ``eval_every_steps`` env steps and at the end.
+    SB3 collects whole rollouts, so training may run a little past ``total_env_steps``
+    (``train_env_steps`` is the real count). ``algo_kwargs`` override the algorithm's defaults
+    (`SB3_ALGORITHMS`), e.g. ``{"policy_kwargs": {...}}``.
     ``subprocesses=True`` steps the ``n_envs`` training envs in a ``SubprocVecEnv``.
 
     With ``out_dir``, the model is saved as ``model.zip`` (reload with `load_baseline`) and the

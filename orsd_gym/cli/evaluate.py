@@ -18,7 +18,9 @@ from orsd_gym.train.evaluate import evaluate_checkpoint
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--checkpoint", required=True, help="a checkpoint directory (…/checkpoints/iter_N) or a run directory")
+    parser.add_argument(
+        "--checkpoint", required=True, help="a checkpoint directory (…/checkpoints/iter_N) or a run directory"
+    )
     parser.add_argument("--env", help="env id (default: the one the run trained on)")
     parser.add_argument("--tasks", type=int, help="number of held-out tasks (default: the run's eval.num_tasks)")
     parser.add_argument("--out", help="write the trajectories to this JSONL file")
@@ -27,9 +29,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     path = Path(args.checkpoint)
-    checkpoint = load_checkpoint(path) if (path / "manifest.json").exists() else latest_good_checkpoint(path / "checkpoints")
+    checkpoint = (
+        load_checkpoint(path) if (path / "manifest.json").exists() else latest_good_checkpoint(path / "checkpoints")
+    )
     if checkpoint is None:
-        raise UsageError(f"no usable checkpoint under {path} (expected a checkpoint dir or a run dir with checkpoints/)")
+        raise UsageError(
+            f"no usable checkpoint under {path} (expected a checkpoint dir or a run dir with checkpoints/)"
+        )
     data = checkpoint.state["config"]
     extra = ([f"env.id={args.env}"] if args.env else []) + ([f"eval.num_tasks={args.tasks}"] if args.tasks else [])
     for override in [*args.overrides, *extra]:

@@ -15,7 +15,7 @@ from orsd_gym.errors import UsageError
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--env", required=True, help="env id, e.g. orsd_gym/ALFWorld-v0")
     parser.add_argument("--seed", type=int, default=0, help="task seed")
-    parser.add_argument("--kwargs", default="{}", help="JSON constructor arguments, e.g. '{\"split\": \"generated\"}'")
+    parser.add_argument("--kwargs", default="{}", help='JSON constructor arguments, e.g. \'{"split": "generated"}\'')
     parser.add_argument("--max-shown", type=int, default=30, help="admissible actions shown per turn")
 
 

@@ -22,7 +22,9 @@ from orsd_gym.rollout.trajectory import episodes_of, save_jsonl
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--env", required=True, help="env id, e.g. orsd_gym/GuessNumber-v0 (see `orsd-gym envs`)")
-    parser.add_argument("--model", default="smollm2-135m", help="registry name (smollm2-135m, tiny-random), path or hub id")
+    parser.add_argument(
+        "--model", default="smollm2-135m", help="registry name (smollm2-135m, tiny-random), path or hub id"
+    )
     parser.add_argument("--tasks", type=int, default=4, help="number of tasks (reset seeds first-seed..first-seed+N-1)")
     parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--group", type=int, default=2, help="episodes per task (a GRPO group)")
@@ -34,7 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top-p", type=float, default=1.0)
     parser.add_argument("--layout", choices=("sequence", "per_step"), default="sequence")
     parser.add_argument("--action-format", choices=sorted(PARSERS), default="tag")
-    parser.add_argument("--num-envs", type=int, default=None, help="episodes played side by side (default min(16, all))")
+    parser.add_argument(
+        "--num-envs", type=int, default=None, help="episodes played side by side (default min(16, all))"
+    )
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -45,13 +49,24 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"unknown env {args.env!r}; `orsd-gym envs` lists the registered ones")
     if args.tasks < 1 or args.group < 1:
         raise UsageError("--tasks and --group must be >= 1")
-    options = RolloutOptions(layout=args.layout, action_format=args.action_format, max_turns=args.max_turns,
-                             max_episode_tokens=args.max_episode_tokens)
+    options = RolloutOptions(
+        layout=args.layout,
+        action_format=args.action_format,
+        max_turns=args.max_turns,
+        max_episode_tokens=args.max_episode_tokens,
+    )
     sampling = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p)
     policy = load_policy(args.model, device=args.device, seed=args.seed)
     trajectories = collect(
-        args.env, policy, list(range(args.first_seed, args.first_seed + args.tasks)), group_size=args.group,
-        sampling=sampling, options=options, seed=args.seed, num_envs=args.num_envs, progress=not args.quiet,
+        args.env,
+        policy,
+        list(range(args.first_seed, args.first_seed + args.tasks)),
+        group_size=args.group,
+        sampling=sampling,
+        options=options,
+        seed=args.seed,
+        num_envs=args.num_envs,
+        progress=not args.quiet,
     )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     save_jsonl(trajectories, args.out)
@@ -66,8 +81,16 @@ def summary_table(title: str, trajectories: list) -> Table:
     stats = rollout_stats(trajectories)
     episodes = max(len(episodes_of(trajectories)), 1)
     table = Table(title=f"{title}: {episodes} episodes")
-    for column in ("success rate", "mean return", "mean turns", "mean tokens", "trained tokens", "invalid rate",
-                   "format errors", "truncated"):
+    for column in (
+        "success rate",
+        "mean return",
+        "mean turns",
+        "mean tokens",
+        "trained tokens",
+        "invalid rate",
+        "format errors",
+        "truncated",
+    ):
         table.add_column(column, justify="right")
     table.add_row(
         f"{stats['success_rate']:.3f}",

@@ -11,7 +11,9 @@ from orsd_gym.train.trainer import Trainer
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help="YAML config file, or the name of a shipped config (see configs/)")
-    parser.add_argument("--resume", action="store_true", help="continue from the newest good checkpoint in train.output_dir")
+    parser.add_argument(
+        "--resume", action="store_true", help="continue from the newest good checkpoint in train.output_dir"
+    )
     parser.add_argument("--no-live", action="store_true", help="plain output instead of the live view")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides, e.g. optim.lr=1e-5")
 

@@ -153,12 +153,20 @@ class TextEnv(gym.Env[str, str], ABC):
         if self._task_id is None:
             raise gym.error.ResetNeeded("Call reset() before step().")
         if self._done:
-            return self._last_observation, 0.0, True, False, self._info(
-                {"feedback": self.finished_feedback}, is_valid_action=False
+            return (
+                self._last_observation,
+                0.0,
+                True,
+                False,
+                self._info({"feedback": self.finished_feedback}, is_valid_action=False),
             )
         if not isinstance(action, str):
-            return self._last_observation, 0.0, False, False, self._info(
-                {"feedback": self.non_text_action_feedback}, is_valid_action=False
+            return (
+                self._last_observation,
+                0.0,
+                False,
+                False,
+                self._info({"feedback": self.non_text_action_feedback}, is_valid_action=False),
             )
         outcome = self._play(action[:MAX_ACTION_CHARS])
         self._won = self._won or outcome.won

@@ -34,7 +34,9 @@ class ChatRenderer:
         """``messages`` and the generation prompt, as text."""
         if not getattr(self.tokenizer, "chat_template", None):
             # Checked here, not at construction: a model without a template can still score.
-            raise ChatTemplateError("the tokenizer has no chat_template; set tokenizer.chat_template to a Jinja template")
+            raise ChatTemplateError(
+                "the tokenizer has no chat_template; set tokenizer.chat_template to a Jinja template"
+            )
         template_kwargs = dict(self.template_kwargs)
         if thinking is not None:
             # Templates without the switch never read the variable, so passing it is harmless.

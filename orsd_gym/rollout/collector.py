@@ -150,7 +150,9 @@ def collect(
     options = options or RolloutOptions()
     specs = [as_task_spec(t) for t in tasks]
     episodes = [
-        _Episode(g * group_size + k, g, spec.seed, spec.task_id) for g, spec in enumerate(specs) for k in range(group_size)
+        _Episode(g * group_size + k, g, spec.seed, spec.task_id)
+        for g, spec in enumerate(specs)
+        for k in range(group_size)
     ]
     if not episodes:
         return []
@@ -223,10 +225,13 @@ class _Rollout:
             messages = [{"role": "system", "content": self.system}, {"role": "user", "content": first}]
             episode.builder = SequenceEpisode(self.policy.chat, messages)
         else:
+
             def render(recent, obs, inf, task=episode.task):
                 return prompts.per_step_message(self.prompt, task, recent, obs, inf)
 
-            episode.builder = PerStepEpisode(self.policy.chat, self.system, first, render, self.options.history, observation)
+            episode.builder = PerStepEpisode(
+                self.policy.chat, self.system, first, render, self.options.history, observation
+            )
         if self.options.kv_cache:
             episode.session = self.policy.new_session()
 
@@ -254,8 +259,13 @@ class _Rollout:
     def _complete(self, batch: list[_Episode], limit: int) -> list[Completion]:
         if self.teacher is not None:
             return [self._teacher_turn(self.teacher(e.infos[-1])) for e in batch]
-        params = SamplingParams(limit, self.sampling.temperature, self.sampling.top_p, self.stop,
-                                seed=_round_seed(self.seed, self.round_index) + limit)
+        params = SamplingParams(
+            limit,
+            self.sampling.temperature,
+            self.sampling.top_p,
+            self.stop,
+            seed=_round_seed(self.seed, self.round_index) + limit,
+        )
         sessions = [e.session for e in batch] if self.options.kv_cache else None
         return self.policy.generate([e.builder.context() for e in batch], params, sessions=sessions)
 
@@ -293,8 +303,15 @@ class _Rollout:
         self.active = still
         return finished
 
-    def _record(self, episode: _Episode, observation: str, reward: float, terminated: bool, truncated: bool,
-                info: dict[str, Any]) -> None:
+    def _record(
+        self,
+        episode: _Episode,
+        observation: str,
+        reward: float,
+        terminated: bool,
+        truncated: bool,
+        info: dict[str, Any],
+    ) -> None:
         episode.observations.append(observation)
         episode.rewards.append(float(reward))
         episode.infos.append(json_safe(info))
@@ -356,8 +373,13 @@ class _Progress:
         self._won = 0
         self._done = 0
         if enabled:
-            self._bar = Progress(TextColumn("rollout"), BarColumn(), MofNCompleteColumn(),
-                                 TextColumn("{task.fields[won]}"), TimeElapsedColumn())
+            self._bar = Progress(
+                TextColumn("rollout"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[won]}"),
+                TimeElapsedColumn(),
+            )
             self._bar.start()
             self._task = self._bar.add_task("rollout", total=total, won="")
 

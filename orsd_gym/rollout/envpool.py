@@ -42,7 +42,9 @@ class EnvSlots:
         self.vector: gym.vector.VectorEnv | None = None
         self.envs: list[gym.Env] = []
         if env_kwargs and not isinstance(env, str):
-            raise ValueError("env_kwargs apply when env is an env id (made here); pass an already made env without them")
+            raise ValueError(
+                "env_kwargs apply when env is an env id (made here); pass an already made env without them"
+            )
         if isinstance(env, (list, tuple)):
             # The caller's own pool (e.g. a trainer's envs kept across iterations): used as is.
             if not env or not all(isinstance(e, gym.Env) for e in env):
@@ -87,8 +89,13 @@ class EnvSlots:
         batch = [actions.get(slot, "") for slot in range(self.n)]  # idle slots get a throwaway action
         observations, rewards, terminated, truncated, infos = self.vector.step(tuple(batch))
         return {
-            slot: (str(observations[slot]), float(rewards[slot]), bool(terminated[slot]), bool(truncated[slot]),
-                   _unbatch_info(infos, slot))
+            slot: (
+                str(observations[slot]),
+                float(rewards[slot]),
+                bool(terminated[slot]),
+                bool(truncated[slot]),
+                _unbatch_info(infos, slot),
+            )
             for slot in actions
         }
 

@@ -44,7 +44,9 @@ class RolloutOptions:
         if self.history < 0:
             raise ValueError(f"history must be >= 0, got {self.history}")
         if isinstance(self.action_format, str) and self.action_format not in PARSERS:
-            raise ValueError(f"action_format={self.action_format!r}; choose one of {sorted(PARSERS)} or pass an ActionParser")
+            raise ValueError(
+                f"action_format={self.action_format!r}; choose one of {sorted(PARSERS)} or pass an ActionParser"
+            )
         if self.on_unparsable not in ("as_is", "noop"):
             raise ValueError(f"on_unparsable={self.on_unparsable!r}; choose 'as_is' or 'noop'")
         if self.max_turns is not None and self.max_turns < 1:

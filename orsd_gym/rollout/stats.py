@@ -19,8 +19,16 @@ def rollout_stats(trajectories: Sequence[Trajectory]) -> dict[str, float]:
     truncated fraction and environment steps per episode; tokens generated per sample."""
     episodes = episodes_of(trajectories)
     if not episodes:
-        return {"success_rate": 0.0, "mean_return": 0.0, "episode_len": 0.0, "invalid_action_rate": 0.0,
-                "format_error_rate": 0.0, "tokens_generated": 0.0, "truncated_frac": 0.0, "env_steps": 0.0}
+        return {
+            "success_rate": 0.0,
+            "mean_return": 0.0,
+            "episode_len": 0.0,
+            "invalid_action_rate": 0.0,
+            "format_error_rate": 0.0,
+            "tokens_generated": 0.0,
+            "truncated_frac": 0.0,
+            "env_steps": 0.0,
+        }
     step_infos = [info for t in episodes for info in t.infos[1:]]
     invalid = sum(1 for info in step_infos if not info.get("is_valid_action", True))
     format_flags = [flag for t in episodes for flag in t.format_valid]

@@ -80,7 +80,9 @@ def save_checkpoint(
         shutil.rmtree(staging)
     staging.mkdir()
     save_file({k: v.detach().contiguous().cpu() for k, v in policy_state.items()}, staging / "policy.safetensors")
-    save_file({k: v.detach().contiguous().cpu() for k, v in optimizer_tensors.items()}, staging / "optimizer.safetensors")
+    save_file(
+        {k: v.detach().contiguous().cpu() for k, v in optimizer_tensors.items()}, staging / "optimizer.safetensors"
+    )
     (staging / "state.json").write_text(json.dumps(state, indent=1, default=_json_default), encoding="utf-8")
     files = {name: _sha256(staging / name) for name in ("policy.safetensors", "optimizer.safetensors", "state.json")}
     manifest = {"iteration": iteration, "files": files}
@@ -103,7 +105,9 @@ def list_checkpoints(root: str | Path) -> list[Path]:
     root = Path(root)
     if not root.is_dir():
         return []
-    found = [p for p in root.iterdir() if p.is_dir() and p.name.startswith(_PREFIX) and p.name[len(_PREFIX) :].isdigit()]
+    found = [
+        p for p in root.iterdir() if p.is_dir() and p.name.startswith(_PREFIX) and p.name[len(_PREFIX) :].isdigit()
+    ]
     return sorted(found, key=lambda p: int(p.name[len(_PREFIX) :]))
 
 

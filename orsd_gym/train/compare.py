@@ -3,8 +3,9 @@
 For every seed, each algorithm trains from the same initial weights (the model is loaded with
 that seed), on the same training tasks (drawn from ``(seed, iteration)`` only), with the same
 environment-interaction budget (iterations x tasks x group size, same turn limits) and is
-evaluated on the same held-out tasks (the task plan: `orsd_gym.train.plan`). The report directory then gets ``report.md``,
-``results.json`` and PNG learning curves (see `orsd_gym.train.report`).
+evaluated on the same held-out tasks (the task plan: `orsd_gym.train.plan`). The report
+directory then gets ``report.md``, ``results.json`` and PNG learning curves (see
+`orsd_gym.train.report`).
 """
 
 from __future__ import annotations
@@ -46,7 +47,9 @@ def run_config(base: Config, algo: str, seed: int, out_dir: Path) -> Config:
     return config
 
 
-def compare(base: Config, algos: list[str], seeds: list[int], out_dir: str | Path, *, live: bool = True, resume: bool = True):
+def compare(
+    base: Config, algos: list[str], seeds: list[int], out_dir: str | Path, *, live: bool = True, resume: bool = True
+):
     """Train every (algorithm, seed) pair, then write the report; returns the report path.
 
     With ``resume`` a run whose checkpoints already exist continues (so an interrupted

@@ -47,7 +47,11 @@ class CreditView:
 def audit_dir(run_dir: str | Path, iteration: int) -> Path:
     path = Path(run_dir) / "audit" / f"iter_{iteration:06d}"
     if not path.is_dir():
-        available = sorted(p.name for p in (Path(run_dir) / "audit").glob("iter_*")) if (Path(run_dir) / "audit").is_dir() else []
+        available = (
+            sorted(p.name for p in (Path(run_dir) / "audit").glob("iter_*"))
+            if (Path(run_dir) / "audit").is_dir()
+            else []
+        )
         raise AuditNotFoundError(
             f"no audit for iteration {iteration} in {run_dir} (available: {', '.join(available) or 'none'})"
         )
@@ -59,7 +63,9 @@ def load_credit(run_dir: str | Path, iteration: int, index: int, tokenizer: Any)
     directory = audit_dir(run_dir, iteration)
     trajectories = load_jsonl(directory / "trajectories.jsonl")
     if not 0 <= index < len(trajectories):
-        raise AuditNotFoundError(f"iteration {iteration} has {len(trajectories)} trajectories; --trajectory {index} is out of range")
+        raise AuditNotFoundError(
+            f"iteration {iteration} has {len(trajectories)} trajectories; --trajectory {index} is out of range"
+        )
     extras = json.loads((directory / "token_extras.json").read_text())
     groups = json.loads((directory / "groups.json").read_text())
     return credit_view(
@@ -97,12 +103,14 @@ def credit_view(
     tokens = []
     for t, piece in enumerate(pieces):
         learn = trajectory.loss_mask[t] == 1
-        tokens.append(TokenCredit(
-            text=tokenizer.convert_tokens_to_string([piece]),
-            kind=kinds[t],
-            advantage=advantages[t] if advantages is not None and learn else None,
-            delta=delta[t] if delta is not None and learn else None,
-        ))
+        tokens.append(
+            TokenCredit(
+                text=tokenizer.convert_tokens_to_string([piece]),
+                kind=kinds[t],
+                advantage=advantages[t] if advantages is not None and learn else None,
+                delta=delta[t] if delta is not None and learn else None,
+            )
+        )
     # The GRPO advantage is one value per sequence; without ORSD it is the advantage itself.
     source = grpo_advantage if grpo_advantage is not None else (advantages if delta is None else None)
     first = next((t for t, m in enumerate(trajectory.loss_mask) if m), None)
@@ -124,10 +132,16 @@ def _scale(view: CreditView) -> float:
 
 def render_terminal(view: CreditView, console: Any) -> None:
     traj = view.trajectory
-    console.print(f"[bold]task[/bold] {traj.task}  [dim](task {traj.task_id}, seed {traj.seed}, group {traj.group_id})[/dim]")
-    console.print(f"reward {traj.episode_return:.3f}, success {traj.success}, GRPO advantage "
-                  f"{view.grpo_advantage if view.grpo_advantage is not None else 'n/a'}")
-    console.print(f"[bold]rubric[/bold] {json.dumps(view.rubric) if view.rubric else '(none selected: zero correction)'}")
+    console.print(
+        f"[bold]task[/bold] {traj.task}  [dim](task {traj.task_id}, seed {traj.seed}, group {traj.group_id})[/dim]"
+    )
+    console.print(
+        f"reward {traj.episode_return:.3f}, success {traj.success}, GRPO advantage "
+        f"{view.grpo_advantage if view.grpo_advantage is not None else 'n/a'}"
+    )
+    console.print(
+        f"[bold]rubric[/bold] {json.dumps(view.rubric) if view.rubric else '(none selected: zero correction)'}"
+    )
     scale = _scale(view)
     text = Text()
     for token in view.tokens:
@@ -163,13 +177,15 @@ def render_html(view: CreditView) -> str:
     rubric = view.rubric
     rubric_html = (
         "<ol>" + "".join(f"<li>{html.escape(str(c))}</li>" for c in rubric) + "</ol>"
-        if isinstance(rubric, list) else html.escape(str(rubric or "(none selected: zero correction)"))
+        if isinstance(rubric, list)
+        else html.escape(str(rubric or "(none selected: zero correction)"))
     )
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>orsd-gym credit: task {traj.task_id}</title>
 <style>
 body {{ font-family: system-ui, sans-serif; max-width: 70em; margin: 2em auto; }}
-.seq {{ font-family: ui-monospace, monospace; white-space: pre-wrap; line-height: 1.6; border: 1px solid #ddd; padding: 1em; }}
+.seq {{ font-family: ui-monospace, monospace; white-space: pre-wrap; line-height: 1.6;
+        border: 1px solid #ddd; padding: 1em; }}
 .obs {{ color: #999; }}
 .tok {{ font-weight: 600; border-radius: 2px; }}
 </style></head><body>

@@ -18,7 +18,9 @@ from orsd_gym.train.plan import TaskPlan, build_task_plan
 from orsd_gym.train.seeds import EVAL, iteration_seed
 
 
-def evaluate(policy: Policy, envs, plan: TaskPlan, config: Config, seed: int) -> tuple[list[Trajectory], dict[str, float]]:
+def evaluate(
+    policy: Policy, envs, plan: TaskPlan, config: Config, seed: int
+) -> tuple[list[Trajectory], dict[str, float]]:
     """Play the plan's evaluation tasks (``eval.group_size`` attempts each, ``eval.temperature``);
     returns the trajectories and per-episode ``eval/*`` metrics."""
     started = time.perf_counter()
@@ -42,10 +44,17 @@ def evaluate_checkpoint(config: Config, checkpoint: Checkpoint) -> tuple[list[Tr
     """A checkpoint's policy (its trainable weights, warm start included) on ``config``'s
     evaluation tasks; nothing is written."""
     plan = build_task_plan(config)
-    policy = load_policy(config.model.name, device=config.model.device, dtype=config.model.dtype,
-                         lora=config.model.lora.settings(), token_budget=config.optim.micro_batch_tokens)
+    policy = load_policy(
+        config.model.name,
+        device=config.model.device,
+        dtype=config.model.dtype,
+        lora=config.model.lora.settings(),
+        token_budget=config.optim.micro_batch_tokens,
+    )
     policy.load_state_dict(checkpoint.policy_state)
-    envs = make_envs(config.env, plan.eval_kwargs, config.env.num_envs or config.eval.num_tasks * config.eval.group_size)
+    envs = make_envs(
+        config.env, plan.eval_kwargs, config.env.num_envs or config.eval.num_tasks * config.eval.group_size
+    )
     try:
         return evaluate(policy, envs, plan, config, seed=iteration_seed(config.train.seed, checkpoint.iteration, EVAL))
     finally:

@@ -15,7 +15,9 @@ from typing import Any
 
 
 class MetricsWriter:
-    def __init__(self, path: str | Path, *, tensorboard_dir: str | Path | None = None, resume_offset: int | None = None):
+    def __init__(
+        self, path: str | Path, *, tensorboard_dir: str | Path | None = None, resume_offset: int | None = None
+    ):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if resume_offset is None:

@@ -129,7 +129,9 @@ def build_task_plan(config: Config, iterations: int | None = None) -> TaskPlan:
         partition = splits.description
     else:
         eval_kwargs = merge_kwargs(base, config.eval.env_kwargs)
-        partition = f"task ids i with i % {FALLBACK_HOLD_OUT_EVERY} == {FALLBACK_HOLD_OUT_EVERY - 1} held out by the trainer"
+        partition = (
+            f"task ids i with i % {FALLBACK_HOLD_OUT_EVERY} == {FALLBACK_HOLD_OUT_EVERY - 1} held out by the trainer"
+        )
         warnings.append(
             f"{env_id} declares no training/held-out partition (TextEnv.task_splits); the trainer held out one "
             f"task id in {FALLBACK_HOLD_OUT_EVERY}, which is only as sound as the env's task ids are distinct tasks"
@@ -199,9 +201,7 @@ def _made(env_id: str, kwargs: dict[str, Any]) -> Iterator[TextEnv]:
     try:
         text_env = env.unwrapped
         if not isinstance(text_env, TextEnv):
-            raise TaskPlanError(
-                f"{env_id} is not an orsd_gym TextEnv, so its tasks cannot be listed; subclass TextEnv"
-            )
+            raise TaskPlanError(f"{env_id} is not an orsd_gym TextEnv, so its tasks cannot be listed; subclass TextEnv")
         yield text_env
     finally:
         env.close()

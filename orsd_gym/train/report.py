@@ -17,10 +17,38 @@ from typing import Any
 import numpy as np
 
 # Two-sided 95% Student t critical values by degrees of freedom (df > 30: normal approx).
-_T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
-        11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093,
-        20: 2.086, 21: 2.080, 22: 2.074, 23: 2.069, 24: 2.064, 25: 2.060, 26: 2.056, 27: 2.052, 28: 2.048,
-        29: 2.045, 30: 2.042}
+_T95 = {
+    1: 12.706,
+    2: 4.303,
+    3: 3.182,
+    4: 2.776,
+    5: 2.571,
+    6: 2.447,
+    7: 2.365,
+    8: 2.306,
+    9: 2.262,
+    10: 2.228,
+    11: 2.201,
+    12: 2.179,
+    13: 2.160,
+    14: 2.145,
+    15: 2.131,
+    16: 2.120,
+    17: 2.110,
+    18: 2.101,
+    19: 2.093,
+    20: 2.086,
+    21: 2.080,
+    22: 2.074,
+    23: 2.069,
+    24: 2.064,
+    25: 2.060,
+    26: 2.056,
+    27: 2.052,
+    28: 2.048,
+    29: 2.045,
+    30: 2.042,
+}
 
 METRICS = (("success", "eval/success_rate"), ("score", "eval/mean_return"))
 
@@ -76,7 +104,10 @@ def summarise(results: list[Any]) -> dict[str, Any]:
                 "algo": algo,
                 "seed": r.seed,
                 "run_dir": str(r.run_dir),
-                "curve": [{"iteration": e["iteration"], "env_steps": e["env_steps"], **{k: e.get(k) for _, k in METRICS}} for e in r.evals],
+                "curve": [
+                    {"iteration": e["iteration"], "env_steps": e["env_steps"], **{k: e.get(k) for _, k in METRICS}}
+                    for e in r.evals
+                ],
                 "orsd_rubric_frac": _mean_metric(r.metrics, "orsd/rubric_frac"),
                 "orsd_abs_delta_mean": _mean_metric(r.metrics, "orsd/abs_delta_mean"),
                 "zero_adv_group_frac": _mean_metric(r.metrics, "algo/zero_adv_group_frac"),
@@ -170,22 +201,33 @@ def effect_statement(summary: dict[str, Any]) -> list[str]:
             continue
         row = summary["table"][baseline]
         noise = [row.get(f"{when}_success_seed_sd", math.nan) for when in ("start", "final")]
-        noise_text = (f"; seed-to-seed sd of {baseline}'s success: {noise[0]:.3f} at the start, {noise[1]:.3f} at the end"
-                      if not any(math.isnan(x) for x in noise) else "")
+        noise_text = (
+            f"; seed-to-seed sd of {baseline}'s success: {noise[0]:.3f} at the start, {noise[1]:.3f} at the end"
+            if not any(math.isnan(x) for x in noise)
+            else ""
+        )
         if n < 2 or math.isnan(diff["ci95"]):
-            lines.append(f"- {name}: final success differs by {diff['mean']:+.3f} on a single seed; "
-                         "one seed cannot separate an effect from seed noise.")
+            lines.append(
+                f"- {name}: final success differs by {diff['mean']:+.3f} on a single seed; "
+                "one seed cannot separate an effect from seed noise."
+            )
             continue
         if all(d == 0 for d in entry["final_success_diffs"]):
-            lines.append(f"- {name}: identical final success on every one of {n} seeds (difference 0){noise_text}: "
-                         "no measurable effect at this budget.")
+            lines.append(
+                f"- {name}: identical final success on every one of {n} seeds (difference 0){noise_text}: "
+                "no measurable effect at this budget."
+            )
             continue
         low, high = diff["mean"] - diff["ci95"], diff["mean"] + diff["ci95"]
-        verdict = ("the 95% interval excludes zero: the difference is larger than seed noise"
-                   if low > 0 or high < 0 else
-                   "the 95% interval includes zero: the difference is not distinguishable from seed noise")
-        lines.append(f"- {name}: paired final-success difference {diff['mean']:+.3f} "
-                     f"(95% CI [{low:+.3f}, {high:+.3f}], {n} seeds){noise_text}; {verdict}.")
+        verdict = (
+            "the 95% interval excludes zero: the difference is larger than seed noise"
+            if low > 0 or high < 0
+            else "the 95% interval includes zero: the difference is not distinguishable from seed noise"
+        )
+        lines.append(
+            f"- {name}: paired final-success difference {diff['mean']:+.3f} "
+            f"(95% CI [{low:+.3f}, {high:+.3f}], {n} seeds){noise_text}; {verdict}."
+        )
     return lines
 
 
@@ -200,15 +242,17 @@ def write_report(out_dir: str | Path, base_config: Any, results: list[Any]) -> P
     plot_curves(summary, out_dir / "score_curve.png", "eval/mean_return", "held-out score (mean return)")
     cfg = configio.to_dict(base_config)
     seeds = sorted({r.seed for r in results})
-    budget = cfg["train"]["iterations"] * cfg["rollout"]["tasks_per_iteration"] * cfg["rollout"]["group_size"]
+    rollout = cfg["rollout"]
+    budget = cfg["train"]["iterations"] * rollout["tasks_per_iteration"] * rollout["group_size"]
+    lora = "on" if cfg["model"]["lora"]["enabled"] else "off"
     lines = [
         f"# {' vs '.join(summary['algos'])} on {cfg['env']['id']}",
         "",
         "## Setup",
-        f"- model: `{cfg['model']['name']}` ({cfg['model']['dtype']}, LoRA {'on' if cfg['model']['lora']['enabled'] else 'off'})",
+        f"- model: `{cfg['model']['name']}` ({cfg['model']['dtype']}, LoRA {lora})",
         f"- env: `{cfg['env']['id']}` kwargs `{json.dumps(cfg['env']['kwargs'])}`",
-        f"- seeds: {seeds}; per run {cfg['train']['iterations']} iterations x {cfg['rollout']['tasks_per_iteration']} tasks "
-        f"x group {cfg['rollout']['group_size']} = {budget} training episodes (max {cfg['rollout']['max_turns']} turns each)",
+        f"- seeds: {seeds}; per run {cfg['train']['iterations']} iterations x {rollout['tasks_per_iteration']} tasks "
+        f"x group {rollout['group_size']} = {budget} training episodes (max {rollout['max_turns']} turns each)",
         *_task_lines(summary["tasks"], cfg),
         "",
         "## Held-out results (mean ± 95% CI across seeds)",
@@ -218,26 +262,44 @@ def write_report(out_dir: str | Path, base_config: Any, results: list[Any]) -> P
     ]
     for algo in summary["algos"]:
         row = summary["table"][algo]
-        cells = [str(Estimate(row[m]["mean"], row[m]["ci95"], row[m]["n"]))
-                 for m in ("start_success", "final_success", "best_success", "final_score", "best_score")]
+        cells = [
+            str(Estimate(row[m]["mean"], row[m]["ci95"], row[m]["n"]))
+            for m in ("start_success", "final_success", "best_success", "final_score", "best_score")
+        ]
         lines.append(f"| {algo} | " + " | ".join(cells) + " |")
     lines += ["", "## Paired differences (same seed: same initial weights, tasks and eval set)", ""]
     for name, entry in summary["paired"].items():
         d = entry["final_success_diff"]
         s = entry["final_score_diff"]
-        lines.append(f"- {name}: final success {Estimate(d['mean'], d['ci95'], d['n'])}, "
-                     f"final score {Estimate(s['mean'], s['ci95'], s['n'])}; per seed {entry['final_success_diffs']}")
+        lines.append(
+            f"- {name}: final success {Estimate(d['mean'], d['ci95'], d['n'])}, "
+            f"final score {Estimate(s['mean'], s['ci95'], s['n'])}; per seed {entry['final_success_diffs']}"
+        )
     lines += ["", "## How big is the effect?", ""] + (effect_statement(summary) or ["- only one algorithm was run."])
-    signal = [f"{name}: {run['mixed_group_frac']:.2f}" for name, run in summary["runs"].items() if run["mixed_group_frac"] is not None]
-    lines += ["", "## Learning signal", "",
-              "Fraction of training groups with mixed outcomes (non-zero GRPO advantage), per run: "
-              + (", ".join(signal) or "n/a") + "."]
-    orsd = [f"{name}: {run['orsd_rubric_frac']:.2f} (mean |delta| {run['orsd_abs_delta_mean'] or 0.0:.4f})"
-            for name, run in summary["runs"].items() if run["orsd_rubric_frac"] is not None]
+    signal = [
+        f"{name}: {run['mixed_group_frac']:.2f}"
+        for name, run in summary["runs"].items()
+        if run["mixed_group_frac"] is not None
+    ]
+    lines += [
+        "",
+        "## Learning signal",
+        "",
+        "Fraction of training groups with mixed outcomes (non-zero GRPO advantage), per run: "
+        + (", ".join(signal) or "n/a")
+        + ".",
+    ]
+    orsd = [
+        f"{name}: {run['orsd_rubric_frac']:.2f} (mean |delta| {run['orsd_abs_delta_mean'] or 0.0:.4f})"
+        for name, run in summary["runs"].items()
+        if run["orsd_rubric_frac"] is not None
+    ]
     if orsd:
-        lines.append("Fraction of groups where ORSD selected a rubric, and the mean |log-likelihood gap| of the "
-                     "corrected tokens: " + ", ".join(orsd) + ". Where this is small, ORSD's advantages are GRPO's "
-                     "and the two runs of a seed coincide.")
+        lines.append(
+            "Fraction of groups where ORSD selected a rubric, and the mean |log-likelihood gap| of the "
+            "corrected tokens: " + ", ".join(orsd) + ". Where this is small, ORSD's advantages are GRPO's "
+            "and the two runs of a seed coincide."
+        )
     lines += ["", "## Learning curves", "", "![success](success_curve.png)", "", "![score](score_curve.png)", ""]
     report = out_dir / "report.md"
     report.write_text("\n".join(lines), encoding="utf-8")
@@ -269,8 +331,13 @@ def print_summary(report: Path, console: Any) -> None:
         table.add_column(column, justify="right" if column != "algorithm" else "left")
     for algo in summary["algos"]:
         row = summary["table"][algo]
-        table.add_row(algo, *[str(Estimate(row[m]["mean"], row[m]["ci95"], row[m]["n"]))
-                              for m in ("start_success", "final_success", "best_success", "final_score", "best_score")])
+        table.add_row(
+            algo,
+            *[
+                str(Estimate(row[m]["mean"], row[m]["ci95"], row[m]["n"]))
+                for m in ("start_success", "final_success", "best_success", "final_score", "best_score")
+            ],
+        )
     console.print(table)
     for line in effect_statement(summary):
         console.print(line)

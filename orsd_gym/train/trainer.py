@@ -72,8 +72,13 @@ class Trainer:
 
         model = config.model
         self.policy = load_policy(
-            model.name, device=model.device, dtype=model.dtype, lora=model.lora.settings(), seed=config.train.seed,
-            token_budget=config.optim.micro_batch_tokens, gradient_checkpointing=model.gradient_checkpointing,
+            model.name,
+            device=model.device,
+            dtype=model.dtype,
+            lora=model.lora.settings(),
+            seed=config.train.seed,
+            token_budget=config.optim.micro_batch_tokens,
+            gradient_checkpointing=model.gradient_checkpointing,
         )
         self.warm_start_metrics = self._start_weights()
         # Reference and verifier are frozen copies of the weights training starts from, taken
@@ -236,7 +241,9 @@ class Trainer:
 
         view.phase(f"advantages {iteration + 1}")
         started = time.perf_counter()
-        batch = self.algorithm.prepare(trajectories, self.policy, iteration=iteration, rng=iteration_rng(seed, iteration, ALGO))
+        batch = self.algorithm.prepare(
+            trajectories, self.policy, iteration=iteration, rng=iteration_rng(seed, iteration, ALGO)
+        )
         record["time/prepare"] = time.perf_counter() - started
         record.update(_namespaced(batch.metrics, "algo"))
         self._write_audit(iteration + 1, batch)
@@ -244,7 +251,14 @@ class Trainer:
         view.phase(f"update {iteration + 1}")
         started = time.perf_counter()
         losses = update_policy(
-            self.policy, self.algorithm, batch, self.optimizer, self.scheduler, cfg.optim, seed=seed, iteration=iteration
+            self.policy,
+            self.algorithm,
+            batch,
+            self.optimizer,
+            self.scheduler,
+            cfg.optim,
+            seed=seed,
+            iteration=iteration,
         )
         record.update(_namespaced(losses, "loss"))
         record["time/update"] = time.perf_counter() - started

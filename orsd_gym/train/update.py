@@ -90,7 +90,9 @@ def make_optimizer(policy: Policy, optim: OptimConfig, total_steps: int):
     params = policy.trainable_parameters()
     if not params:
         raise ValueError("the policy has no trainable parameters")
-    optimizer = torch.optim.AdamW(params, lr=optim.lr, betas=(optim.beta1, optim.beta2), weight_decay=optim.weight_decay)
+    optimizer = torch.optim.AdamW(
+        params, lr=optim.lr, betas=(optim.beta1, optim.beta2), weight_decay=optim.weight_decay
+    )
     return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, _schedule(optim, max(1, total_steps)))
 
 

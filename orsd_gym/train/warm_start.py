@@ -32,7 +32,11 @@ def collect_demonstrations(config: Config, plan: TaskPlan, policy: Policy) -> li
     envs = make_envs(config.env, merge_kwargs(plan.train_kwargs, config.warm_start.env_kwargs), count=1)
     try:
         return collect(
-            envs, policy, [task.spec for task in plan.warm_start], group_size=1, options=config.rollout,
+            envs,
+            policy,
+            [task.spec for task in plan.warm_start],
+            group_size=1,
+            options=config.rollout,
             teacher=expert_teacher,
         )
     finally:
@@ -62,8 +66,9 @@ def clone(policy: Policy, demonstrations: list[Trajectory], config: Config) -> d
     }
 
 
-def _clone_epoch(policy: Policy, demos: list[Trajectory], optimizer: torch.optim.Optimizer, rng: np.random.Generator,
-                 config: Config) -> float:
+def _clone_epoch(
+    policy: Policy, demos: list[Trajectory], optimizer: torch.optim.Optimizer, rng: np.random.Generator, config: Config
+) -> float:
     """One pass over the demonstrations; returns the mean NLL per cloned token."""
     order = rng.permutation(len(demos))
     epoch_loss, epoch_tokens = 0.0, 0
@@ -72,7 +77,10 @@ def _clone_epoch(policy: Policy, demos: list[Trajectory], optimizer: torch.optim
         tokens = sum(sum(d.loss_mask) for d in batch)
         optimizer.zero_grad(set_to_none=True)
         logprobs = policy.score([d.token_ids for d in batch], [d.loss_mask for d in batch], with_grad=True)
-        loss = -sum((lp * torch.tensor(d.loss_mask, dtype=lp.dtype)).sum() for lp, d in zip(logprobs, batch, strict=True)) / tokens
+        loss = (
+            -sum((lp * torch.tensor(d.loss_mask, dtype=lp.dtype)).sum() for lp, d in zip(logprobs, batch, strict=True))
+            / tokens
+        )
         loss.backward()
         torch.nn.utils.clip_grad_norm_(policy.trainable_parameters(), config.optim.grad_clip or float("inf"))
         optimizer.step()

@@ -121,7 +121,7 @@ class ModelEncoder:
         missing = list(dict.fromkeys(t for t in texts if t not in self._cache))
         for start in range(0, len(missing), self.batch_size):
             batch = missing[start : start + self.batch_size]
-            for text, vector in zip(batch, self._embed(batch)):
+            for text, vector in zip(batch, self._embed(batch), strict=True):
                 self._cache[text] = vector
         rows = []
         for text in texts:

@@ -99,8 +99,12 @@ class ORSDConfig(GRPOConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         for name in (
-            "num_bundles", "max_criteria", "proposal_max_new_tokens", "verifier_chunk_size",
-            "attempt_max_steps", "proposal_max_context_tokens",
+            "num_bundles",
+            "max_criteria",
+            "proposal_max_new_tokens",
+            "verifier_chunk_size",
+            "attempt_max_steps",
+            "proposal_max_context_tokens",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -391,7 +395,9 @@ class ORSD(GRPO):
                 "abs_mean": float(values.abs().mean()) if values.numel() else 0.0,
                 "min": float(values.min()) if values.numel() else 0.0,
                 "max": float(values.max()) if values.numel() else 0.0,
-                "clipped_frac": float((values.abs() > self.config.delta_clip).float().mean()) if values.numel() else 0.0,
+                "clipped_frac": float((values.abs() > self.config.delta_clip).float().mean())
+                if values.numel()
+                else 0.0,
             }
         return record
 
@@ -399,7 +405,9 @@ class ORSD(GRPO):
         self, groups: list[_GroupWork], active: list[_GroupWork], deltas: list[torch.Tensor], trajs: list[Trajectory]
     ) -> dict[str, float]:
         selected = [g for g in groups if g.selected is not None]
-        corrs = [g.correlations[g.selected] for g in selected if g.correlations and g.correlations[g.selected] is not None]
+        corrs = [
+            g.correlations[g.selected] for g in selected if g.correlations and g.correlations[g.selected] is not None
+        ]
         values = _masked_deltas(deltas, trajs, [i for g in selected for i in g.indices])
         proposed = sum(len(g.bundles) + g.malformed for g in active)
         return {

@@ -33,7 +33,11 @@ DEFAULT_RUBRIC_TEMPLATE = "Guidance for this task. A good attempt satisfies thes
 
 
 def insert_rubric(
-    messages: Sequence[dict[str, str]], rubric: str, *, placement: Placement = "system", template: str = DEFAULT_RUBRIC_TEMPLATE
+    messages: Sequence[dict[str, str]],
+    rubric: str,
+    *,
+    placement: Placement = "system",
+    template: str = DEFAULT_RUBRIC_TEMPLATE,
 ) -> list[dict[str, str]]:
     """A copy of ``messages`` with the rubric block appended to the system or first user message.
 

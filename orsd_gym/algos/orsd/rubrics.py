@@ -131,7 +131,9 @@ def _judgeable_observation(trajectory: Trajectory, number: int, last: int) -> st
     if number == last or number >= len(trajectory.observations):
         return None
     info = trajectory.infos[number] if number < len(trajectory.infos) else {}
-    return "(observation hidden: it states the outcome)" if info.get(REVEALS_OUTCOME) else trajectory.observations[number]
+    return (
+        "(observation hidden: it states the outcome)" if info.get(REVEALS_OUTCOME) else trajectory.observations[number]
+    )
 
 
 def _one_line(text: str, limit: int) -> str:

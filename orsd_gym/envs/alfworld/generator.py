@@ -1,8 +1,9 @@
 """Procedurally generated ALFWorld tasks for all six task types, built only from the wheel.
 
 A task is sampled from an explicit seed: a floor plan of a room type ALFRED allows for the task
-type (from the training floor plans, or from the held-out ones: see `is_held_out_floor_plan`), the goal objects and receptacle (``goal_library``'s goal PDDL and sentence templates),
-then a room trimmed to ``max_receptacles`` receptacle instances with the goal objects and
+type (from the training floor plans, or from the held-out ones: see `is_held_out_floor_plan`),
+the goal objects and receptacle (``goal_library``'s goal PDDL and sentence templates), then a
+room trimmed to ``max_receptacles`` receptacle instances with the goal objects and
 ``num_distractors`` other objects placed where ``constants.py`` says they can be. The result is
 a standard TextWorld PDDL game (JSON ``pddl_domain``, ``grammar``, ``pddl_problem``,
 ``solvable``) played by the same engine as the official games.

@@ -40,7 +40,11 @@ def _wheel_file(name: str) -> str:
 # (old, new) rewrites of the wheel grammar into the 2.1.1 one; each must apply exactly as often
 # as listed, so a change in a future wheel fails loudly instead of producing a hybrid grammar.
 _GRAMMAR_REWRITES = (
-    ('"You arrive at {r.name}. #examineReceptacle.feedback#"', '"You arrive at {lend.name}. #examineReceptacle.feedback#"', 1),
+    (
+        '"You arrive at {r.name}. #examineReceptacle.feedback#"',
+        '"You arrive at {lend.name}. #examineReceptacle.feedback#"',
+        1,
+    ),
     ('"You move the {o.name} to the {r.name}."', '"You put the {o.name} in/on the {r.name}."', 1),
     ('template :: "move {o} to {r}";', 'template :: "put {o} in/on {r}";', 2),
 )

@@ -1,10 +1,11 @@
 """The generated task pool: lazily generated, planner-checked, cached on disk.
 
 Task ``i`` of a pool is a pure function of (generator version, config, task types, domain and
-grammar, side, ``i``), where the side is the training floor plans or the held-out ones: it is drawn from ``numpy.random.default_rng([seed, i, attempt])`` and the first
-attempt whose game the planner solves (and whose plan really wins when played) is kept. The
-checked game is written to ``<cache>/alfworld/generated/<content key>/task-<i>.tw-pddl``, so a
-second run (or another process of a vector env) only reads files.
+grammar, side, ``i``), where the side is the training floor plans or the held-out ones: it is
+drawn from ``numpy.random.default_rng([seed, i, attempt])`` and the first attempt whose game
+the planner solves (and whose plan really wins when played) is kept. The checked game is
+written to ``<cache>/alfworld/generated/<content key>/<side>/task-<i>.tw-pddl``, so a second run
+(or another process of a vector env) only reads files.
 """
 
 from __future__ import annotations

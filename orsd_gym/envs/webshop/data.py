@@ -223,7 +223,9 @@ def load_human_instructions(path: Path) -> dict[str, list[dict[str, Any]]]:
     return {asin: list(entries) for asin, entries in iter_json_object(path)}
 
 
-def load_catalog(data_dir: str | os.PathLike, *, size: str = "auto", seed: int = 0, human_goals: bool = False) -> Catalog:
+def load_catalog(
+    data_dir: str | os.PathLike, *, size: str = "auto", seed: int = 0, human_goals: bool = False
+) -> Catalog:
     """Load and process the official files of ``data_dir`` (streamed)."""
     data_dir = Path(data_dir)
     products_path, attributes_path = catalog_files(data_dir, size)

@@ -98,7 +98,10 @@ class WebShopEnv(TextEnv):
         self.human_goals = bool(human_goals)
         self.option_matching = option_matching
         self.shop_data = load_shop_data(
-            None if resolved is None else str(resolved.resolve()), catalog_size, catalog_seed, bool(human_goals),
+            None if resolved is None else str(resolved.resolve()),
+            catalog_size,
+            catalog_seed,
+            bool(human_goals),
             synthetic_products,
         )
         self._goals = split_goals(self.shop_data.goals, goal_split)
@@ -134,9 +137,7 @@ class WebShopEnv(TextEnv):
         # The env's own default split is "test" (for evaluation); a trainer trains on "train".
         split = kwargs.get("goal_split", "train")
         if split != "train":
-            raise TaskSplitError(
-                f"WebShop goal_split={split!r} holds held-out goals; train on goal_split='train'"
-            )
+            raise TaskSplitError(f"WebShop goal_split={split!r} holds held-out goals; train on goal_split='train'")
         return TaskSplits(
             train={"goal_split": "train"},
             held_out={"goal_split": "test"},

@@ -22,8 +22,18 @@ NO_PRICE_LIMIT = 1_000_000
 GOAL_SHUFFLE_SEED = 233
 TEST_GOALS = 500
 SPLITS = ("test", "train", "all")
-GOAL_KEYS = ("asin", "category", "query", "name", "product_category", "instruction_text", "attributes",
-             "price_upper", "goal_options", "weight")
+GOAL_KEYS = (
+    "asin",
+    "category",
+    "query",
+    "name",
+    "product_category",
+    "instruction_text",
+    "attributes",
+    "price_upper",
+    "goal_options",
+    "weight",
+)
 
 
 def price_constraint(price: float, rng: np.random.Generator) -> tuple[float, str]:
@@ -51,17 +61,19 @@ def synthetic_goals(catalog: Catalog, rng: np.random.Generator) -> list[dict[str
             goal_options = dict(zip(names, combination, strict=True))
             option_text = ", and ".join(f"{k}: {v}" for k, v in goal_options.items())
             option_text = f" with {option_text}" if option_text else ""
-            goals.append({
-                "asin": product["asin"],
-                "category": product["category"],
-                "query": product["query"],
-                "name": product["Title"],
-                "product_category": product["product_category"],
-                "instruction_text": f"{instruction}{option_text}{price_text}",
-                "attributes": list(product["instruction_attributes"] or []),
-                "price_upper": price_upper,
-                "goal_options": goal_options,
-            })
+            goals.append(
+                {
+                    "asin": product["asin"],
+                    "category": product["category"],
+                    "query": product["query"],
+                    "name": product["Title"],
+                    "product_category": product["product_category"],
+                    "instruction_text": f"{instruction}{option_text}{price_text}",
+                    "attributes": list(product["instruction_attributes"] or []),
+                    "price_upper": price_upper,
+                    "goal_options": goal_options,
+                }
+            )
     _add_weights(goals)
     return goals
 
@@ -76,18 +88,20 @@ def human_goals(catalog: Catalog, rng: np.random.Generator) -> list[dict[str, An
             if not attributes:
                 continue
             price_upper, price_text = price_constraint(catalog.prices[product["asin"]], rng)
-            goals.append({
-                "asin": product["asin"],
-                "category": product["category"],
-                "query": product["query"],
-                "name": product["name"],
-                "product_category": product["product_category"],
-                "instruction_text": str(entry.get("instruction", "")).strip(".") + price_text,
-                "attributes": list(attributes),
-                "price_upper": price_upper,
-                "goal_options": entry.get("instruction_options") or [],
-                "weight": 1.0,
-            })
+            goals.append(
+                {
+                    "asin": product["asin"],
+                    "category": product["category"],
+                    "query": product["query"],
+                    "name": product["name"],
+                    "product_category": product["product_category"],
+                    "instruction_text": str(entry.get("instruction", "")).strip(".") + price_text,
+                    "attributes": list(attributes),
+                    "price_upper": price_upper,
+                    "goal_options": entry.get("instruction_options") or [],
+                    "weight": 1.0,
+                }
+            )
     return goals
 
 

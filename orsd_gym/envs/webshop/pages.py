@@ -96,8 +96,15 @@ def _instruction(instruction: str) -> list[Element]:
 def start_page(instruction: str) -> Page:
     # The search page's heading keeps a space after the colon (other pages have none). Its search
     # button does nothing in the benchmark's text env (you type search[...]).
-    return Page([Element("text", "WebShop"), Element("text", "Instruction: "), Element("text", instruction),
-                 Element("button", "Search")], has_search_bar=True)
+    return Page(
+        [
+            Element("text", "WebShop"),
+            Element("text", "Instruction: "),
+            Element("text", instruction),
+            Element("button", "Search"),
+        ],
+        has_search_bar=True,
+    )
 
 
 def results_page(
@@ -108,16 +115,22 @@ def results_page(
     visited: set[str],
 ) -> Page:
     """``products`` are this page's (at most 10) results out of ``total``."""
-    elements = [*_instruction(instruction), Element("button", "Back to Search", ("start",)),
-                Element("text", f"Page {page} (Total results: {total})")]
+    elements = [
+        *_instruction(instruction),
+        Element("button", "Back to Search", ("start",)),
+        Element("text", f"Page {page} (Total results: {total})"),
+    ]
     if page > 1:
         elements.append(Element("button", "< Prev", ("results", page - 1)))
     # As in the benchmark, "Next >" is always offered; past the last result a page is empty.
     elements.append(Element("button", "Next >", ("results", page + 1)))
     for product in products:
         asin = product["asin"]
-        elements += [Element("link", asin, ("item", asin), selected=asin in visited),
-                     Element("text", product["Title"]), Element("text", product["Price"])]
+        elements += [
+            Element("link", asin, ("item", asin), selected=asin in visited),
+            Element("text", product["Title"]),
+            Element("text", product["Price"]),
+        ]
     return Page(elements)
 
 
@@ -137,12 +150,16 @@ def shown_as_clicked(value: str, query: str, chosen: Mapping[str, str]) -> bool:
 def item_page(instruction: str, product: Mapping[str, Any], chosen: Mapping[str, str], query: str) -> Page:
     """``chosen``: the selected option values by name, in the order they were first chosen;
     ``query``: the search that led here."""
-    elements = [*_instruction(instruction), Element("button", "Back to Search", ("start",)),
-                Element("button", "< Prev", ("prev",))]
+    elements = [
+        *_instruction(instruction),
+        Element("button", "Back to Search", ("start",)),
+        Element("button", "< Prev", ("prev",)),
+    ]
     for name, values in product["options"].items():
         elements.append(Element("text", name))
-        elements += [Element("option", v, ("option", name, v), selected=shown_as_clicked(v, query, chosen))
-                     for v in values]
+        elements += [
+            Element("option", v, ("option", name, v), selected=shown_as_clicked(v, query, chosen)) for v in values
+        ]
     elements += [
         Element("text", product["Title"]),
         Element("text", f"Price: {product['Price']}"),
@@ -159,8 +176,11 @@ def sub_page(instruction: str, product: Mapping[str, Any], name: str) -> Page:
     """``description``: the description text; ``features``: one entry per bullet point, after
     the space the benchmark's template puts before each; ``reviews``: one entry per review
     field (the official data ships no reviews)."""
-    elements = [*_instruction(instruction), Element("button", "Back to Search", ("start",)),
-                Element("button", "< Prev", ("prev",))]
+    elements = [
+        *_instruction(instruction),
+        Element("button", "Back to Search", ("start",)),
+        Element("button", "< Prev", ("prev",)),
+    ]
     if name == "description":
         elements.append(Element("text", product["Description"]))
     elif name == "features":
@@ -185,15 +205,38 @@ def options_json(options: Mapping[str, str]) -> str:
 #: Headings of the done page's hidden purchase and target panels. The benchmark's text env does
 #: not pass their values to the template, so each prints "None" or nothing ("instuction" sic).
 _DONE_PURCHASE_FIELDS = ("attrs", "None", "category", "None", "query", "None", "product category", "None")
-_DONE_TARGET_FIELDS = ("Target", "asin", "options", "attrs", "price upper", "instuction text", "category",
-                       "product category", "query", "Goal ", "None", "Reward")
+_DONE_TARGET_FIELDS = (
+    "Target",
+    "asin",
+    "options",
+    "attrs",
+    "price upper",
+    "instuction text",
+    "category",
+    "product category",
+    "query",
+    "Goal ",
+    "None",
+    "Reward",
+)
 
 
 def done_page(asin: str, options: Mapping[str, str], reward: float) -> Page:
     texts = [
-        "Thank you for shopping with us!", "Your code: ", "None", " (Paste it in your MTurk interface.)",
-        "Purchased", "asin", asin, "options", options_json(options),
-        *_DONE_PURCHASE_FIELDS, *_DONE_TARGET_FIELDS,
-        "Your score (min 0.0, max 1.0)", str(reward), "Reward Details ", "None",
+        "Thank you for shopping with us!",
+        "Your code: ",
+        "None",
+        " (Paste it in your MTurk interface.)",
+        "Purchased",
+        "asin",
+        asin,
+        "options",
+        options_json(options),
+        *_DONE_PURCHASE_FIELDS,
+        *_DONE_TARGET_FIELDS,
+        "Your score (min 0.0, max 1.0)",
+        str(reward),
+        "Reward Details ",
+        "None",
     ]
     return Page([Element("text", text) for text in texts])

@@ -34,9 +34,7 @@ SEARCH_RETURN_N = 50
 # UAX#29 word segmentation, as Lucene's StandardTokenizer applies it to Latin text: runs of
 # letters/digits/underscore, joined across "." "'" ":" between letters and "." "," ";" "'"
 # between digits ("men's", "u.s", "3.5", "1,000" stay one token; "x-large" -> "x", "large").
-_TOKEN = re.compile(
-    r"\w+(?:(?:(?<=[^\W\d_])[.:'’](?=[^\W\d_])|(?<=\d)[.,;'’](?=\d))\w+)*"
-)
+_TOKEN = re.compile(r"\w+(?:(?:(?<=[^\W\d_])[.:'’](?=[^\W\d_])|(?<=\d)[.,;'’](?=\d))\w+)*")
 _POSSESSIVE = re.compile(r"['’][sS]$")
 
 

@@ -160,9 +160,14 @@ class ShopSession:
     def _buy(self) -> ActionResult:
         s = self.state
         product = self.catalog.by_asin[s.asin]
-        reward, details = purchase_reward(product, self.goal, self.catalog.prices[s.asin], s.options,
-                                          self.option_matching)
+        reward, details = purchase_reward(
+            product, self.goal, self.catalog.prices[s.asin], s.options, self.option_matching
+        )
         s.page, s.reward = "done", reward
-        details = {**details, "purchased_asin": s.asin, "purchased_options": dict(s.options),
-                   "price": self.catalog.prices[s.asin]}
+        details = {
+            **details,
+            "purchased_asin": s.asin,
+            "purchased_options": dict(s.options),
+            "price": self.catalog.prices[s.asin],
+        }
         return ActionResult(True, reward=reward, done=True, details=details)
