@@ -129,7 +129,11 @@ class HFPolicy:
             # Updates keep only each decoder layer's input and recompute the layer on backward:
             # activations of a long micro-batch otherwise take ~1.5 MB per token in fp32 for a
             # 135M model. Only active in train mode, so sampling and scoring are unaffected.
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            no_reentrant = {"use_reentrant": False}
+            if hasattr(model, "activation_checkpointing_enable"):  # the name since transformers 5
+                model.activation_checkpointing_enable(activation_checkpointing_kwargs=no_reentrant)
+            else:
+                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=no_reentrant)
         if lora is not None:
             model = _wrap_lora(model, lora)
         self.model = model
