@@ -7,7 +7,7 @@ PIP     = $(PY) -m pip
 TORCH_PIN ?= torch==2.13.0
 STAMP   = $(VENV)/.installed
 
-.PHONY: setup lint format test demo clean
+.PHONY: setup lint format test demo notebooks clean
 
 setup: $(STAMP)
 
@@ -34,6 +34,10 @@ test: setup
 
 demo: setup
 	$(VENV)/bin/orsd-gym demo
+
+# Re-run the notebooks and save them with their outputs (committed, so they show on the repository page).
+notebooks: setup
+	OMP_NUM_THREADS=1 $(PY) notebooks/execute.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache

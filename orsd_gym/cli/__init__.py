@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "inspect": ("inspect", "show a trajectory's token-level credit (ORSD correction, GRPO advantage)"),
     "play": ("play", "play an env yourself in the terminal"),
     "rollout": ("rollout", "play a model on an env and write Trajectories (JSONL) with a summary"),
+    "config": ("config", "show the resolved config of a YAML file and overrides"),
 }
 
 
@@ -32,7 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="orsd-gym", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module_name, help_text) in COMMANDS.items():
-        sub_parser = sub.add_parser(name, help=help_text, description=help_text)
+        sub_parser = sub.add_parser(
+            name, help=help_text, description=help_text, formatter_class=argparse.ArgumentDefaultsHelpFormatter
+        )
         sub_parser.set_defaults(_module=module_name)
         _load(module_name).add_arguments(sub_parser)
     return parser

@@ -9,6 +9,7 @@ from pathlib import Path
 from rich.console import Console
 
 from orsd_gym import configio
+from orsd_gym.cli.options import add_json, add_no_live, add_threads, threads_override
 from orsd_gym.errors import UsageError
 from orsd_gym.train.compare import compare, run_config
 from orsd_gym.train.config import Config
@@ -16,34 +17,42 @@ from orsd_gym.train.report import print_summary
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", required=True, help="base YAML config, or the name of a shipped config")
     parser.add_argument("--env", help="env id (overrides env.id of the config)")
     parser.add_argument("--algos", default="grpo,orsd", help="comma-separated algorithm names")
     parser.add_argument("--seeds", type=int, default=3, help="number of seeds (0..N-1)")
-    parser.add_argument("--config", help="base YAML config, or the name of a shipped config (see configs/)")
     parser.add_argument("--out", default="reports/compare", help="report directory")
-    parser.add_argument("--fresh", action="store_true", help="ignore runs already in the report directory")
-    parser.add_argument("--no-live", action="store_true", help="plain output instead of live views")
+    parser.add_argument("--fresh", action="store_true", help="retrain runs already in the report directory")
+    add_no_live(parser)
+    add_threads(parser)
+    add_json(parser, "the results (results.json)")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted config overrides")
 
 
 def run(args: argparse.Namespace) -> int:
-    overrides = list(args.overrides) + ([f"env.id={args.env}"] if args.env else [])
+    overrides = [*args.overrides, *threads_override(args)] + ([f"env.id={args.env}"] if args.env else [])
     base = configio.load(Config, args.config, overrides)
-    run_comparison(base, args.algos, args.seeds, Path(args.out), fresh=args.fresh, live=not args.no_live)
+    run_comparison(base, args, Path(args.out))
     return 0
 
 
-def run_comparison(base: Config, algos: str, seeds: int, out: Path, *, fresh: bool, live: bool) -> Path:
+def run_comparison(base: Config, args: argparse.Namespace, out: Path) -> Path:
     """Check the arguments, train, write and print the report (``demo`` runs this too)."""
-    names = [a.strip() for a in algos.split(",") if a.strip()]
+    names = [a.strip() for a in args.algos.split(",") if a.strip()]
     if not names:
         raise UsageError("--algos is empty")
-    if seeds < 1:
+    if args.seeds < 1:
         raise UsageError("--seeds must be >= 1")
     for name in names:
         run_config(base, name, 0, out)  # every algorithm's settings are valid before any run starts
-    if fresh and (out / "runs").exists():
+    if args.fresh and (out / "runs").exists():
         shutil.rmtree(out / "runs")
-    report = compare(base, names, list(range(seeds)), out, live=live, resume=not fresh)
-    print_summary(report, Console())
+    console = Console(stderr=args.json)
+    report = compare(
+        base, names, list(range(args.seeds)), out, live=not args.no_live, resume=not args.fresh, console=console
+    )
+    if args.json:
+        print((report.parent / "results.json").read_text(encoding="utf-8"))
+    else:
+        print_summary(report, console)
     return report

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from orsd_gym import configio
 from orsd_gym.cli.compare import run_comparison
+from orsd_gym.cli.options import add_json, add_no_live, add_threads, threads_override
 from orsd_gym.train.config import Config
 
 
@@ -18,11 +19,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seeds", type=int, default=2, help="seeds per algorithm")
     parser.add_argument("--out", default="reports/demo", help="report directory")
     parser.add_argument("--fresh", action="store_true", help="retrain runs already in the report directory")
-    parser.add_argument("--no-live", action="store_true", help="plain output instead of live views")
+    add_no_live(parser)
+    add_threads(parser)
+    add_json(parser, "the results (results.json)")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides of the demo config")
 
 
 def run(args: argparse.Namespace) -> int:
-    base = configio.load(Config, "demo", args.overrides)
-    run_comparison(base, "grpo,orsd", args.seeds, Path(args.out), fresh=args.fresh, live=not args.no_live)
+    base = configio.load(Config, "demo", [*args.overrides, *threads_override(args)])
+    args.algos = "grpo,orsd"
+    run_comparison(base, args, Path(args.out))
     return 0

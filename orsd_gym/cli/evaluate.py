@@ -10,11 +10,13 @@ from rich.console import Console
 from rich.table import Table
 
 from orsd_gym import configio
+from orsd_gym.cli.options import add_json, add_threads, apply_threads
 from orsd_gym.errors import UsageError
 from orsd_gym.rollout.trajectory import save_jsonl
 from orsd_gym.train.checkpoint import latest_good_checkpoint, load_checkpoint
 from orsd_gym.train.config import Config
 from orsd_gym.train.evaluate import evaluate_checkpoint
+from orsd_gym.train.validation import validate_settings
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,10 +26,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--env", help="env id (default: the one the run trained on)")
     parser.add_argument("--tasks", type=int, help="number of held-out tasks (default: the run's eval.num_tasks)")
     parser.add_argument("--out", help="write the trajectories to this JSONL file")
+    add_threads(parser)
+    add_json(parser, "the metrics")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted config overrides")
 
 
 def run(args: argparse.Namespace) -> int:
+    apply_threads(args)
     path = Path(args.checkpoint)
     checkpoint = (
         load_checkpoint(path) if (path / "manifest.json").exists() else latest_good_checkpoint(path / "checkpoints")
@@ -41,14 +46,17 @@ def run(args: argparse.Namespace) -> int:
     for override in [*args.overrides, *extra]:
         configio.apply_override(data, override)
     config = configio.from_dict(Config, data)
+    validate_settings(config)
     trajectories, result = evaluate_checkpoint(config, checkpoint)
     if args.out:
         save_jsonl(trajectories, args.out)
+    if args.json:
+        print(json.dumps(result))
+        return 0
     table = Table(title=f"{config.env.id}: checkpoint iteration {checkpoint.iteration}")
     table.add_column("metric")
     table.add_column("value", justify="right")
     for key, value in result.items():
         table.add_row(key, f"{value:.3f}")
     Console().print(table)
-    print(json.dumps(result))
     return 0

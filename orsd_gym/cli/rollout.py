@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import gymnasium as gym
 from rich.console import Console
 from rich.table import Table
 
 import orsd_gym  # noqa: F401  (registers the built-in envs)
+from orsd_gym.cli.options import add_threads, apply_threads
 from orsd_gym.errors import UsageError
 from orsd_gym.policies.base import SamplingParams
 from orsd_gym.policies.models import load_policy
@@ -18,10 +18,13 @@ from orsd_gym.rollout.collector import collect
 from orsd_gym.rollout.options import RolloutOptions
 from orsd_gym.rollout.stats import rollout_stats
 from orsd_gym.rollout.trajectory import episodes_of, save_jsonl
+from orsd_gym.train.validation import env_creator
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--env", required=True, help="env id, e.g. orsd_gym/GuessNumber-v0 (see `orsd-gym envs`)")
+    parser.add_argument(
+        "--env", required=True, help="env id, e.g. orsd_gym/GuessNumber-v0 (see `orsd-gym envs`), or module:env-id"
+    )
     parser.add_argument(
         "--model", default="smollm2-135m", help="registry name (smollm2-135m, tiny-random), path or hub id"
     )
@@ -42,11 +45,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_threads(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.env not in gym.registry:
-        raise UsageError(f"unknown env {args.env!r}; `orsd-gym envs` lists the registered ones")
+    env_creator(args.env)  # an unknown id fails here, with the closest registered ones
+    apply_threads(args)
     if args.tasks < 1 or args.group < 1:
         raise UsageError("--tasks and --group must be >= 1")
     options = RolloutOptions(

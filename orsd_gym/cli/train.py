@@ -5,21 +5,54 @@ from __future__ import annotations
 import argparse
 import json
 
+from rich.console import Console
+
+from orsd_gym.cli.options import add_json, add_no_live, add_threads, threads_override
+from orsd_gym.configio import shipped_configs
 from orsd_gym.train.config import load_config
+from orsd_gym.train.rundir import SAFE_CHANGES
 from orsd_gym.train.trainer import Trainer
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", help="YAML config file, or the name of a shipped config (see configs/)")
     parser.add_argument(
-        "--resume", action="store_true", help="continue from the newest good checkpoint in train.output_dir"
+        "--config",
+        required=True,
+        help=f"YAML config file, or a shipped config: {', '.join(shipped_configs())}",
     )
-    parser.add_argument("--no-live", action="store_true", help="plain output instead of the live view")
+    parser.add_argument(
+        "--resume", action="store_true", help="continue the run in train.output_dir from its newest good checkpoint"
+    )
+    parser.add_argument("--overwrite", action="store_true", help="replace a run already in train.output_dir")
+    parser.add_argument(
+        "--allow-change",
+        default="",
+        metavar="KEY[,KEY]",
+        help=f"with --resume: settings that may differ from the run's (one of {', '.join(sorted(SAFE_CHANGES))})",
+    )
+    add_no_live(parser)
+    add_threads(parser)
+    add_json(parser, "the run's summary")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides, e.g. optim.lr=1e-5")
 
 
 def run(args: argparse.Namespace) -> int:
-    config = load_config(args.config, args.overrides)
-    summary = Trainer(config, resume=args.resume, live=not args.no_live).run()
-    print(json.dumps({"output_dir": str(summary.output_dir), "final_eval": summary.final_eval}, indent=1))
+    config = load_config(args.config, [*args.overrides, *threads_override(args)])
+    console = Console(stderr=args.json)
+    allowed = [key.strip() for key in args.allow_change.split(",") if key.strip()]
+    trainer = Trainer(
+        config,
+        resume=args.resume,
+        overwrite=args.overwrite,
+        allow_changes=allowed,
+        live=not args.no_live,
+        console=console,
+    )
+    summary = trainer.run()
+    if args.json:
+        print(json.dumps({"output_dir": str(summary.output_dir), "final_eval": summary.final_eval}, indent=1))
+    else:
+        final = summary.final_eval or {}
+        success = f"final eval success {final['eval/success_rate']:.3f}" if "eval/success_rate" in final else ""
+        console.print(f"run in {summary.output_dir} done. {success}".strip(), highlight=False)
     return 0

@@ -124,6 +124,11 @@ class TextEnv(gym.Env[str, str], ABC):
         """
         return None
 
+    def data_warning(self) -> str | None:
+        """A caveat about the data this instance plays (e.g. a generated stand-in for a missing
+        dataset) that a run must state in its log and records; None when there is none."""
+        return None
+
     def task_key(self, task_id: int) -> str:
         """A name of task ``task_id`` that is the same in every instance and split holding that
         task (a game file, a goal index), so overlap between task sets can be checked by name."""

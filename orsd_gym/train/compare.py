@@ -12,14 +12,19 @@ from __future__ import annotations
 
 import copy
 import json
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from rich.console import Console
+
 from orsd_gym import configio
+from orsd_gym.train.checkpoint import list_checkpoints
 from orsd_gym.train.config import Config, resolve_algo
 from orsd_gym.train.metrics import read_metrics
 from orsd_gym.train.report import write_report
 from orsd_gym.train.trainer import Trainer
+from orsd_gym.train.validation import validate_settings
 
 
 @dataclass
@@ -44,29 +49,49 @@ def run_config(base: Config, algo: str, seed: int, out_dir: Path) -> Config:
         # One warm start per seed, shared by every algorithm: same initial weights.
         config.warm_start.path = str(out_dir / "warm_start" / f"seed{seed}.safetensors")
     resolve_algo(config)  # fail before any run starts if one algorithm's settings are bad
+    validate_settings(config)
     return config
 
 
 def compare(
-    base: Config, algos: list[str], seeds: list[int], out_dir: str | Path, *, live: bool = True, resume: bool = True
-):
+    base: Config,
+    algos: list[str],
+    seeds: list[int],
+    out_dir: str | Path,
+    *,
+    live: bool = True,
+    resume: bool = True,
+    console: Console | None = None,
+) -> Path:
     """Train every (algorithm, seed) pair, then write the report; returns the report path.
 
-    With ``resume`` a run whose checkpoints already exist continues (so an interrupted
-    comparison restarts where it stopped instead of from scratch).
+    With ``resume`` a run that already has a checkpoint continues (so an interrupted comparison
+    restarts where it stopped), but only if it was trained with exactly these settings: a run
+    of other settings is refused, naming them (`orsd_gym.train.rundir`); a run that never
+    reached its first checkpoint starts over.
     """
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    console = console or Console()
     configs = [(algo, seed, run_config(base, algo, seed, out_dir)) for seed in seeds for algo in algos]
+    out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "compare_config.yaml").write_text(
         json.dumps({"algos": algos, "seeds": seeds, "base": configio.to_dict(base)}, indent=1)
     )
     results = []
     for algo, seed, config in configs:
         run_dir = Path(config.train.output_dir)
-        Trainer(config, resume=resume and (run_dir / "checkpoints").is_dir(), live=live).run()
+        started = time.perf_counter()
+        reuse = resume and bool(list_checkpoints(run_dir / "checkpoints"))
+        summary = Trainer(config, resume=reuse, overwrite=not reuse, live=live, console=console).run()
         results.append(_read_run(algo, seed, run_dir))
+        console.print(_run_line(algo, seed, summary.final_eval, time.perf_counter() - started), highlight=False)
     return write_report(out_dir, base, results)
+
+
+def _run_line(algo: str, seed: int, final_eval: dict[str, float] | None, seconds: float) -> str:
+    """The one line a comparison prints per finished run."""
+    success = f"final eval success {final_eval['eval/success_rate']:.3f}" if final_eval else "no evaluation"
+    return f"run {algo}-seed{seed} done: {success} ({seconds / 60:.1f} min)"
 
 
 def _read_run(algo: str, seed: int, run_dir: Path) -> RunResult:

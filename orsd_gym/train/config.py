@@ -18,6 +18,7 @@ from orsd_gym.algos.base import algorithm_config_class
 from orsd_gym.errors import ConfigError, UnknownAlgorithmError
 from orsd_gym.policies.base import SamplingParams
 from orsd_gym.rollout.options import RolloutOptions
+from orsd_gym.train.validation import validate_settings
 
 
 def _require_at_least_one(section: Any, *names: str) -> None:
@@ -220,9 +221,11 @@ class Config:
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
-    """Load and fully validate a config (including the algorithm's own settings)."""
+    """Load and fully validate a config: keys and types, the algorithm's own settings, the env
+    id, env arguments and model names (`orsd_gym.train.validation`), before anything loads."""
     config = configio.load(Config, path, overrides)
     resolve_algo(config)
+    validate_settings(config)
     return config
 
 

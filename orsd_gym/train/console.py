@@ -1,13 +1,21 @@
-"""The trainer's rich live view: a progress bar over iterations and the latest metrics."""
+"""What a run shows while it trains: a rich live view, or one plain line per iteration.
+
+The live view has a progress bar over iterations with the phase that is running (warm start,
+rollout, advantages, update, eval), elapsed time and an ETA from the iterations done so far,
+and a table of the latest metrics. Without it (``--no-live``, logs, pipes) each finished
+iteration prints one line.
+"""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from rich.console import Console, Group
 from rich.live import Live
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, Task, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 #: Metrics shown in the live table, in this order (others stay in the JSONL file).
 SHOWN = (
@@ -27,23 +35,44 @@ SHOWN = (
     "time/prepare",
     "time/update",
 )
+#: What the one-line view prints per iteration.
+LINE = (("train/success_rate", "train success"), ("train/mean_return", "return"), ("eval/success_rate", "eval success"))
+
+
+class _ETA(ProgressColumn):
+    """Time left from the mean time of the iterations this process has run (rich's own estimate
+    only looks at the last 30 s, shorter than one iteration)."""
+
+    def __init__(self, view: LiveView) -> None:
+        super().__init__()
+        self.view = view
+
+    def render(self, task: Task) -> Text:
+        eta = self.view.eta()
+        return Text("ETA " + (time.strftime("%H:%M:%S", time.gmtime(eta)) if eta is not None else "-:--:--"))
 
 
 class LiveView:
-    """Context manager; ``update(iteration, record)`` after each iteration."""
+    """Context manager; `phase` when a phase starts, `update(iteration, record)` after each iteration."""
 
     def __init__(self, title: str, total: int, start: int = 0, *, enabled: bool = True, console: Console | None = None):
+        self.title = title
+        self.total = total
+        self.start = start
+        self.done = start
         self.enabled = enabled
         self.console = console or Console()
+        self.started = time.perf_counter()
         self.progress = Progress(
             TextColumn(f"[bold]{title}"),
+            TextColumn("[cyan]{task.description}"),
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
-            TimeRemainingColumn(),
+            _ETA(self),
             console=self.console,
         )
-        self.task = self.progress.add_task("iterations", total=total, completed=start)
+        self.task = self.progress.add_task("starting", total=total, completed=start)
         self.latest: dict[str, Any] = {}
         self._live: Live | None = None
 
@@ -63,8 +92,28 @@ class LiveView:
 
     def update(self, iteration: int, record: dict[str, Any]) -> None:
         self.latest.update({k: v for k, v in record.items() if v is not None})
+        self.done = iteration
         self.progress.update(self.task, completed=iteration)
-        self._refresh()
+        if self.enabled:
+            self._refresh()
+        else:
+            self.console.print(self.line(iteration, record), highlight=False, soft_wrap=True)
+
+    def eta(self) -> float | None:
+        """Seconds left at the mean pace of this process's iterations (None before the first)."""
+        ran = self.done - self.start
+        if ran <= 0:
+            return None
+        return (time.perf_counter() - self.started) / ran * (self.total - self.done)
+
+    def line(self, iteration: int, record: dict[str, Any]) -> str:
+        """The one-line report of an iteration."""
+        parts = [f"{self.title} | iteration {iteration}/{self.total}"]
+        parts += [f"{label} {record[key]:.3f}" for key, label in LINE if isinstance(record.get(key), float | int)]
+        seconds = sum(v for k, v in record.items() if k.startswith("time/") and isinstance(v, float | int))
+        eta = self.eta()
+        parts.append(f"{seconds:.1f} s" + (f", ETA {time.strftime('%H:%M:%S', time.gmtime(eta))}" if eta else ""))
+        return " | ".join(parts)
 
     def _refresh(self) -> None:
         if self._live is not None:

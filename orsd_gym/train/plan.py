@@ -27,7 +27,7 @@ import numpy as np
 
 from orsd_gym.envs.base import TextEnv
 from orsd_gym.envs.registry import text_env_class
-from orsd_gym.errors import TaskPlanError, TaskSplitError
+from orsd_gym.errors import OrsdGymError, TaskPlanError
 from orsd_gym.rollout.collector import TaskSpec
 from orsd_gym.train.config import Config
 from orsd_gym.train.seeds import TASKS, iteration_rng
@@ -116,7 +116,7 @@ def build_task_plan(config: Config, iterations: int | None = None) -> TaskPlan:
     env_class = text_env_class(env_id)
     try:
         splits = env_class.task_splits(base) if env_class is not None else None
-    except TaskSplitError as error:
+    except (OrsdGymError, ValueError) as error:
         raise TaskPlanError(f"env.kwargs: {error}") from error
     warnings: list[str] = []
     train_kwargs = merge_kwargs(base, splits.train) if splits else base
@@ -138,6 +138,7 @@ def build_task_plan(config: Config, iterations: int | None = None) -> TaskPlan:
         )
 
     with _made(env_id, train_kwargs) as train_env:
+        warnings += [w for w in [train_env.data_warning()] if w]
         train_ids = list(range(len(train_env.tasks)))
         if splits is None and config.eval.tasks == "held_out":
             train_ids = [i for i in train_ids if not _fallback_held_out(i)]
@@ -197,7 +198,10 @@ def _fallback_held_out(task_id: int) -> bool:
 @contextlib.contextmanager
 def _made(env_id: str, kwargs: dict[str, Any]) -> Iterator[TextEnv]:
     """An env instance to read the task list and keys from (closed afterwards)."""
-    env = gym.make(env_id, **kwargs)
+    try:
+        env = gym.make(env_id, **kwargs)
+    except (OrsdGymError, ValueError, TypeError, FileNotFoundError) as error:
+        raise TaskPlanError(f"env.kwargs: cannot make {env_id} with {kwargs}: {error}") from error
     try:
         text_env = env.unwrapped
         if not isinstance(text_env, TextEnv):

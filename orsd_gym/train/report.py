@@ -184,7 +184,8 @@ def plot_curves(summary: dict[str, Any], path: Path, key: str, ylabel: str) -> N
     ax.set_xlabel("environment steps")
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
-    ax.legend()
+    if ax.get_legend_handles_labels()[0]:  # runs without evaluations draw nothing to label
+        ax.legend()
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -253,7 +254,8 @@ def write_report(out_dir: str | Path, base_config: Any, results: list[Any]) -> P
         f"- env: `{cfg['env']['id']}` kwargs `{json.dumps(cfg['env']['kwargs'])}`",
         f"- seeds: {seeds}; per run {cfg['train']['iterations']} iterations x {rollout['tasks_per_iteration']} tasks "
         f"x group {rollout['group_size']} = {budget} training episodes (max {rollout['max_turns']} turns each)",
-        *_task_lines(summary["tasks"], cfg),
+        *_task_lines(summary, cfg),
+        *_warm_start_lines(cfg),
         "",
         "## Held-out results (mean ± 95% CI across seeds)",
         "",
@@ -306,19 +308,32 @@ def write_report(out_dir: str | Path, base_config: Any, results: list[Any]) -> P
     return report
 
 
-def _task_lines(tasks: dict[str, Any], cfg: dict[str, Any]) -> list[str]:
-    """The report's statement of what was evaluated and whether it was held out."""
+def _task_lines(summary: dict[str, Any], cfg: dict[str, Any]) -> list[str]:
+    """The report's statement of what was evaluated, when, and whether it was held out."""
+    tasks = summary["tasks"]
     if not tasks:
         return []
     held_out = "held-out" if tasks["eval_on"] == "held_out" else "training (not held out)"
+    evaluated = sorted({point["iteration"] for run in summary["runs"].values() for point in run["curve"]})
     lines = [
         f"- evaluation: {tasks['eval_tasks']} {held_out} tasks ({tasks['eval_distinct']} distinct), env kwargs "
-        f"`{json.dumps(tasks['eval_kwargs'])}`, temperature {cfg['eval']['temperature']}, every "
-        f"{cfg['eval']['every']} iterations",
+        f"`{json.dumps(tasks['eval_kwargs'])}`, temperature {cfg['eval']['temperature']}, after iterations "
+        f"{', '.join(map(str, evaluated)) or 'none'}",
         f"- train/eval partition: {tasks['partition']}; evaluation tasks that any run trained on: "
         f"{tasks['eval_train_overlap']} (of {tasks['train_distinct']} distinct training tasks)",
     ]
     return lines + [f"- **warning**: {warning}" for warning in tasks["warnings"]]
+
+
+def _warm_start_lines(cfg: dict[str, Any]) -> list[str]:
+    ws = cfg["warm_start"]
+    if ws["episodes"] <= 0:
+        return ["- warm start: none (training starts from the model's own weights)"]
+    return [
+        f"- warm start: behaviour cloning of the env's expert on {ws['episodes']} training tasks, "
+        f"{ws['epochs']} epochs at lr {ws['lr']}, once per seed and shared by every algorithm of that seed "
+        "(the start of every curve)"
+    ]
 
 
 def print_summary(report: Path, console: Any) -> None:

@@ -14,12 +14,14 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 import yaml
+from rich.console import Console
 from safetensors.torch import load_file
 
 from orsd_gym import configio
@@ -40,6 +42,7 @@ from orsd_gym.train.envs import close_envs, make_envs
 from orsd_gym.train.evaluate import evaluate
 from orsd_gym.train.metrics import MetricsWriter
 from orsd_gym.train.plan import build_task_plan
+from orsd_gym.train.rundir import claim_run_directory, record_changes
 from orsd_gym.train.seeds import ALGO, EVAL, ROLLOUT, iteration_rng, iteration_seed
 from orsd_gym.train.update import make_optimizer, update_policy
 from orsd_gym.train.warm_start import ensure_warm_start
@@ -55,16 +58,44 @@ class RunSummary:
 
 class Trainer:
     """One training run of a `Config`. Construction makes everything the run needs, in order:
-    the task plan (checked before anything loads), the policy (warm-started), the frozen models
-    the algorithm asks for, the algorithm, the optimiser and its schedule; `run` trains."""
+    the task plan and the run directory's claim (both checked before anything is written or
+    loaded), the run's record (config.yaml, task_plan.json), the policy (warm-started), the
+    frozen models the algorithm asks for, the algorithm, the optimiser and its schedule; `run`
+    trains.
 
-    def __init__(self, config: Config, *, resume: bool = False, live: bool | None = None) -> None:
+    ``resume`` continues the run in ``train.output_dir`` (refused when its settings differ from
+    this config's, except ``allow_changes``: see `orsd_gym.train.rundir`); ``overwrite`` replaces
+    a run already there.
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        resume: bool = False,
+        overwrite: bool = False,
+        allow_changes: Sequence[str] = (),
+        live: bool | None = None,
+        console: Console | None = None,
+    ) -> None:
         self.config = config
         self.algo_config = resolve_algo(config)
         self.plan = build_task_plan(config)
         self.output_dir = Path(config.train.output_dir)
+        record = run_record(config)
+        self.claim = claim_run_directory(
+            self.output_dir, record, resume=resume, overwrite=overwrite, allow_changes=allow_changes
+        )
         self.resume = resume
         self.live = config.logging.live if live is None else live
+        self.console = console or Console()
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        record_changes(self.output_dir, self.claim)
+        (self.output_dir / "config.yaml").write_text(yaml.safe_dump(record, sort_keys=False))
+        plan = {"summary": self.plan.summary(), "keys": self.plan.keys()}
+        (self.output_dir / "task_plan.json").write_text(json.dumps(plan, indent=1))
+        for warning in self.plan.warnings:
+            self.console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
         if config.train.threads:
             torch.set_num_threads(config.train.threads)
         if config.train.deterministic:
@@ -184,17 +215,16 @@ class Trainer:
     # ------------------------------------------------------------------ the loop
     def run(self) -> RunSummary:
         cfg = self.config
-        self.output_dir.mkdir(parents=True, exist_ok=True)
-        (self.output_dir / "config.yaml").write_text(yaml.safe_dump(run_record(cfg), sort_keys=False))
-        plan = {"summary": self.plan.summary(), "keys": self.plan.keys()}
-        (self.output_dir / "task_plan.json").write_text(json.dumps(plan, indent=1))
         start = self._restore() if self.resume else 0
+        if self.resume:
+            self.console.print(self._resume_message(start), highlight=False)
         if self.metrics is None:
             self.metrics = self._open_metrics(None)
         (self.output_dir / "audit").mkdir(exist_ok=True)
         final_eval = None
+        title = f"{cfg.algo.name} on {cfg.env.id}"
         try:
-            with LiveView(f"{cfg.algo.name} on {cfg.env.id}", cfg.train.iterations, start, enabled=self.live) as view:
+            with LiveView(title, cfg.train.iterations, start, enabled=self.live, console=self.console) as view:
                 if self.warm_start_metrics:
                     (self.output_dir / "warm_start.json").write_text(json.dumps(self.warm_start_metrics, indent=1))
                 if start == 0 and cfg.eval.every > 0:
@@ -214,7 +244,24 @@ class Trainer:
         finally:
             self.metrics.close()
             self._close_envs()
-        return RunSummary(self.output_dir, cfg.train.iterations, final_eval, self.resumed_from)
+        return RunSummary(self.output_dir, cfg.train.iterations, final_eval or self._last_eval(), self.resumed_from)
+
+    def _resume_message(self, start: int) -> str:
+        changes = ", ".join(f"{c['key']} {c['old']!r} -> {c['new']!r}" for c in self.claim.changes)
+        where = f"resumed {self.output_dir} at iteration {start} of {self.config.train.iterations}"
+        if start >= self.config.train.iterations:
+            where = (
+                f"{self.output_dir} already finished all {self.config.train.iterations} iterations; nothing to train"
+            )
+        return where + (f" (allowed changes: {changes})" if changes else "")
+
+    def _last_eval(self) -> dict[str, float] | None:
+        """The latest evaluation the run recorded (what a finished run reports when resumed)."""
+        path = self.output_dir / "eval.jsonl"
+        lines = path.read_text(encoding="utf-8").splitlines() if path.is_file() else []
+        if not lines:
+            return None
+        return {k: v for k, v in json.loads(lines[-1]).items() if k.startswith("eval/")}
 
     def _iteration(self, iteration: int, view: LiveView) -> dict[str, Any]:
         cfg = self.config

@@ -114,6 +114,8 @@ class ALFWorldEnv(TextEnv):
     @classmethod
     def task_splits(cls, kwargs: Mapping[str, Any]) -> TaskSplits:
         split = kwargs.get("split", "generated")
+        if split not in SPLITS:
+            raise UnknownSplitError(f"split={split!r}; choose one of {SPLITS}")
         if split not in _HELD_OUT_SPLIT:
             trainable = " or ".join(repr(s) for s in _HELD_OUT_SPLIT)
             raise TaskSplitError(f"ALFWorld split={split!r} is for evaluation; train on split={trainable}")

@@ -47,6 +47,8 @@ class GuessNumberEnv(TextEnv):
 
     @classmethod
     def task_splits(cls, kwargs: Mapping[str, Any]) -> TaskSplits:
+        if kwargs.get("split", "all") not in SPLITS:
+            raise ValueError(f"split={kwargs['split']!r}; choose one of {SPLITS}")
         if kwargs.get("split", "all") == "eval":
             raise TaskSplitError("split='eval' holds GuessNumber's held-out numbers; train on split='train'")
         return TaskSplits(

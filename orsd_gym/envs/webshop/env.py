@@ -126,6 +126,14 @@ class WebShopEnv(TextEnv):
     def data_source(self) -> str:
         return self.shop_data.catalog.source
 
+    def data_warning(self) -> str | None:
+        if self.shop_data.catalog.source.startswith(SOURCE_LABEL):
+            return (
+                f"WebShop is running on the {self.shop_data.catalog.source}: no data_dir was given and "
+                "$WEBSHOP_DATA is not set, so scores are not comparable with published WebShop results"
+            )
+        return None
+
     @property
     def session(self) -> ShopSession:
         if self._session is None:
@@ -136,6 +144,8 @@ class WebShopEnv(TextEnv):
     def task_splits(cls, kwargs: Mapping[str, Any]) -> TaskSplits:
         # The env's own default split is "test" (for evaluation); a trainer trains on "train".
         split = kwargs.get("goal_split", "train")
+        if split not in SPLITS:
+            raise GoalError(f"goal_split={split!r}; choose one of {SPLITS}")
         if split != "train":
             raise TaskSplitError(f"WebShop goal_split={split!r} holds held-out goals; train on goal_split='train'")
         return TaskSplits(

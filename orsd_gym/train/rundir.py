@@ -1,0 +1,158 @@
+"""A run directory records the settings that produced it and is never silently reused with others.
+
+Before a run writes anything, `claim_run_directory` checks the directory against the request:
+
+* a fresh run into a directory that already holds a run is refused unless told to overwrite
+  (which first removes the old run's files, so no record mixes two runs);
+* ``--resume`` needs a run with a checkpoint to resume ("nothing to resume" otherwise), and
+  refuses any setting that differs from the run's saved ``config.yaml`` (naming each key and
+  both values), except the safe ones the caller allows explicitly (`SAFE_CHANGES`: more
+  iterations, checkpoint and evaluation cadence, threads); allowed changes are appended to
+  ``changes.jsonl`` so the run still says what trained it.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from orsd_gym.errors import RunDirectoryError
+from orsd_gym.train.checkpoint import list_checkpoints
+
+#: What a run writes into its directory (anything else there is left alone).
+RUN_FILES = (
+    "config.yaml",
+    "task_plan.json",
+    "metrics.jsonl",
+    "eval.jsonl",
+    "warm_start.json",
+    "warm_start.safetensors",
+    "changes.jsonl",
+    "checkpoints",
+    "audit",
+    "tensorboard",
+)
+#: Settings that may change between a run and its resumption, with the caller's explicit
+#: consent: they change when or how fast things happen, not what is trained.
+SAFE_CHANGES = frozenset(
+    {
+        "train.iterations",
+        "train.checkpoint_every",
+        "train.keep_checkpoints",
+        "train.threads",
+        "eval.every",
+        "env.num_envs",
+        "env.vectorization",
+    }
+)
+#: Settings that never matter for a resumption: how progress is shown, and where the run
+#: directory is (a run moved or copied elsewhere resumes where it is).
+IGNORED = frozenset({"logging.live", "logging.tensorboard", "train.output_dir"})
+
+
+@dataclass
+class Claim:
+    """What `claim_run_directory` found: where a resumed run stands and the allowed changes."""
+
+    resume_from: int | None = None
+    changes: list[dict[str, Any]] = field(default_factory=list)
+
+
+def claim_run_directory(
+    output_dir: str | Path,
+    record: Mapping[str, Any],
+    *,
+    resume: bool,
+    overwrite: bool = False,
+    allow_changes: Iterable[str] = (),
+) -> Claim:
+    """Check ``output_dir`` for a run of ``record`` (the run's `run_record`) before anything is
+    written; raises `RunDirectoryError` with what to do when the directory cannot be used."""
+    root = Path(output_dir)
+    existing = [name for name in RUN_FILES if (root / name).exists()]
+    if not resume:
+        if existing and not overwrite:
+            raise RunDirectoryError(
+                f"{root} already holds a run ({', '.join(existing)}); resume it with --resume, "
+                "or start over with --overwrite (deletes that run), or choose another train.output_dir"
+            )
+        for name in existing:
+            path = root / name
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+        return Claim()
+    checkpoints = list_checkpoints(root / "checkpoints")
+    if not checkpoints:
+        raise RunDirectoryError(
+            f"nothing to resume: {root} has no checkpoint; run without --resume to start a new run there"
+        )
+    saved_path = root / "config.yaml"
+    if not saved_path.is_file():
+        raise RunDirectoryError(f"{root} has checkpoints but no config.yaml: it cannot show what it was trained with")
+    saved = yaml.safe_load(saved_path.read_text(encoding="utf-8"))
+    differences = config_differences(saved, record)
+    allowed = set(allow_changes)
+    unknown = allowed - SAFE_CHANGES
+    if unknown:
+        raise RunDirectoryError(
+            f"--allow-change {', '.join(sorted(unknown))}: only these settings may change on resume: "
+            f"{', '.join(sorted(SAFE_CHANGES))}"
+        )
+    refused = {k: v for k, v in differences.items() if k not in allowed}
+    if refused:
+        lines = "; ".join(f"{k}: {old!r} in the run, {new!r} now" for k, (old, new) in sorted(refused.items()))
+        safe = sorted(set(refused) & SAFE_CHANGES)
+        hint = f" (to change {', '.join(safe)} on purpose, pass --allow-change {','.join(safe)})" if safe else ""
+        raise RunDirectoryError(f"--resume would train {root} with other settings than it has: {lines}{hint}")
+    if "train.iterations" in differences and record["optim"]["scheduler"] != "constant":
+        raise RunDirectoryError(
+            f"train.iterations cannot change on resume with optim.scheduler={record['optim']['scheduler']!r}: "
+            "the learning-rate schedule is spread over the original number of iterations"
+        )
+    changes = [{"key": k, "old": old, "new": new} for k, (old, new) in sorted(differences.items())]
+    return Claim(resume_from=int(checkpoints[-1].name.rsplit("_", 1)[1]), changes=changes)
+
+
+def record_changes(output_dir: str | Path, claim: Claim) -> None:
+    """Append the allowed changes of a resumption to ``changes.jsonl``."""
+    if not claim.changes:
+        return
+    with open(Path(output_dir) / "changes.jsonl", "a", encoding="utf-8") as handle:
+        for change in claim.changes:
+            handle.write(json.dumps({"time": time.time(), "at_checkpoint": claim.resume_from, **change}) + "\n")
+
+
+def config_differences(saved: Mapping[str, Any], requested: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """Dotted key -> (saved, requested) for every leaf setting that differs (`IGNORED` aside)."""
+    left, right = _flatten(saved), _flatten(requested)
+    return {
+        key: (left.get(key), right.get(key))
+        for key in sorted(set(left) | set(right))
+        if key not in IGNORED and left.get(key) != right.get(key)
+    }
+
+
+def _flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Every leaf of a nested mapping under its dotted key (an empty mapping is a leaf)."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, Mapping) and value:
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = _plain(value)
+    return flat
+
+
+def _plain(value: Any) -> Any:
+    """YAML round-trips tuples as lists; compare them as such."""
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    return value

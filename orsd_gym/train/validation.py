@@ -1,0 +1,77 @@
+"""Checks of a config's names before anything loads: env id, env arguments, model names.
+
+Each failure is a `ConfigError` naming the key, with a suggestion where one is close, raised
+in well under a second (no model, engine or dataset is loaded). What can only be judged by
+making the env (a value out of range, missing data) is checked by the task plan, which makes
+each side's env once before training starts.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import gymnasium as gym
+from gymnasium.envs.registration import load_env_creator
+
+import orsd_gym  # noqa: F401  (registers the built-in envs)
+from orsd_gym.errors import ConfigError, ModelNotFoundError
+from orsd_gym.policies.models import check_model_name
+
+if TYPE_CHECKING:  # the config module calls this one while loading
+    from orsd_gym.train.config import Config
+
+#: Keyword arguments `gymnasium.make` takes itself (not passed to the env's constructor).
+MAKE_KWARGS = frozenset({"max_episode_steps", "disable_env_checker", "autoreset", "apply_api_compatibility"})
+
+
+def validate_settings(config: Config) -> None:
+    """The env id and its constructor arguments (training, evaluation and warm-start sides) and
+    the model names of ``config``; raises `ConfigError` on the first bad one."""
+    creator = env_creator(config.env.id)
+    sides = [("env.kwargs", config.env.kwargs), ("eval.env_kwargs", config.eval.env_kwargs)]
+    if config.warm_start.episodes > 0:
+        sides.append(("warm_start.env_kwargs", config.warm_start.env_kwargs))
+    for key, kwargs in sides:
+        check_env_kwargs(creator, kwargs, key, config.env.id)
+    for key, name in (("model.name", config.model.name), ("model.verifier", config.model.verifier)):
+        if name is not None:
+            try:
+                check_model_name(name)
+            except ModelNotFoundError as error:
+                raise ConfigError(f"{key}: {error}") from error
+
+
+def env_creator(env_id: str) -> Callable[..., gym.Env]:
+    """What ``env_id`` makes (a ``module:`` prefix is imported first); `ConfigError` with the
+    closest registered ids when it is not registered."""
+    module, _, name = env_id.rpartition(":")
+    if module:
+        try:
+            __import__(module)
+        except ImportError as error:
+            raise ConfigError(f"env.id: cannot import module {module!r} of {env_id!r}: {error}") from error
+    if name not in gym.registry:
+        close = difflib.get_close_matches(name, list(gym.registry), n=1, cutoff=0.6)
+        close = close or [i for i in gym.registry if i.lower() == name.lower()]
+        hint = f"; did you mean {close[0]!r}?" if close else "; `orsd-gym envs` lists the registered ones"
+        raise ConfigError(f"env.id: unknown env {name!r}{hint}")
+    entry_point = gym.spec(name).entry_point
+    return load_env_creator(entry_point) if isinstance(entry_point, str) else entry_point
+
+
+def check_env_kwargs(creator: Callable[..., gym.Env], kwargs: Mapping[str, Any], key: str, env_id: str) -> None:
+    """Every name in ``kwargs`` is a constructor argument of ``creator`` (or one `gymnasium.make`
+    takes), unless the constructor takes ``**kwargs``."""
+    target = creator.__init__ if inspect.isclass(creator) else creator
+    parameters = inspect.signature(target).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return
+    accepted = {name for name in parameters if name != "self"} | MAKE_KWARGS
+    for name in kwargs:
+        if name not in accepted:
+            close = difflib.get_close_matches(str(name), sorted(accepted), n=1)
+            hint = f"; did you mean '{key}.{close[0]}'?" if close else f"; {env_id} takes {', '.join(sorted(accepted))}"
+            raise ConfigError(f"{key}.{name}: {env_id} has no argument {name!r}{hint}")

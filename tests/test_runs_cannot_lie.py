@@ -1,0 +1,209 @@
+"""Run directories that always describe what trained them, mistakes caught before anything loads,
+and command-line output a person or a script can follow."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from resumable_env import ENV_ID as VOWEL_ENV
+
+from orsd_gym.cli import main
+from orsd_gym.errors import RunDirectoryError
+from orsd_gym.train.compare import compare
+from orsd_gym.train.config import load_config
+from orsd_gym.train.metrics import read_metrics
+from orsd_gym.train.trainer import Trainer
+
+TESTS = Path(__file__).parent
+RUN = [
+    "model.name=tiny-random",
+    f"env.id={VOWEL_ENV}",
+    "rollout.tasks_per_iteration=1",
+    "rollout.group_size=2",
+    "rollout.max_turns=1",
+    "rollout.max_new_tokens=4",
+    "rollout.action_format=last_line",
+    "eval.every=1",
+    "eval.num_tasks=2",
+    "train.iterations=1",
+    "train.threads=1",
+    "logging.live=false",
+    "logging.tensorboard=false",
+]
+
+
+def _config(out: Path, *extra: str):
+    return load_config(None, [*RUN, f"train.output_dir={out}", *extra])
+
+
+def _snapshot(directory: Path) -> dict[str, float]:
+    return {str(p): p.stat().st_mtime_ns for p in directory.rglob("*")}
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("run")
+    Trainer(_config(out)).run()
+    return out
+
+
+def test_a_fresh_run_never_mixes_with_a_run_already_there(finished_run, tmp_path):
+    before = _snapshot(finished_run)
+    with pytest.raises(RunDirectoryError, match="already holds a run.*--resume.*--overwrite"):
+        Trainer(_config(finished_run))
+    assert _snapshot(finished_run) == before  # refused before writing anything
+    copy = tmp_path / "copy"
+    subprocess.run(["cp", "-r", str(finished_run), str(copy)], check=True)
+    Trainer(_config(copy), overwrite=True).run()
+    assert [r["iteration"] for r in read_metrics(copy / "eval.jsonl")] == [0, 1]  # not 0, 1, 0, 1
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [("optim.lr=0.5", "optim.lr: 1e-05 in the run, 0.5 now"), ("algo.name=orsd", "algo.name: 'grpo' in the run")],
+)
+def test_resume_refuses_other_settings_before_writing(finished_run, change, named):
+    before = _snapshot(finished_run)
+    with pytest.raises(RunDirectoryError, match="other settings") as refused:
+        Trainer(_config(finished_run, change), resume=True)
+    assert named in str(refused.value)
+    assert _snapshot(finished_run) == before
+
+
+def test_more_iterations_need_consent_and_are_recorded(finished_run, tmp_path):
+    run = tmp_path / "run"
+    subprocess.run(["cp", "-r", str(finished_run), str(run)], check=True)
+    with pytest.raises(RunDirectoryError, match="--allow-change train.iterations"):
+        Trainer(_config(run, "train.iterations=2"), resume=True)
+    summary = Trainer(_config(run, "train.iterations=2"), resume=True, allow_changes=["train.iterations"]).run()
+    assert summary.resumed_from == 1 and [r["iteration"] for r in read_metrics(run / "metrics.jsonl")] == [1, 2]
+    (change,) = [json.loads(line) for line in (run / "changes.jsonl").read_text().splitlines()]
+    assert (change["key"], change["old"], change["new"]) == ("train.iterations", 1, 2)
+    with pytest.raises(RunDirectoryError, match="only these settings may change"):
+        Trainer(_config(run, "train.iterations=2", "optim.lr=0.5"), resume=True, allow_changes=["optim.lr"])
+
+
+def test_resume_says_when_there_is_nothing_to_resume_or_to_train(finished_run, tmp_path):
+    with pytest.raises(RunDirectoryError, match="nothing to resume"):
+        Trainer(_config(tmp_path / "missing"), resume=True)
+    summary = Trainer(_config(finished_run), resume=True).run()
+    assert summary.final_eval is not None and "eval/success_rate" in summary.final_eval
+
+
+def test_compare_refuses_to_reuse_runs_of_other_settings(tmp_path):
+    base = load_config(None, [*RUN, "eval.every=0"])
+    compare(base, ["grpo"], [0], tmp_path, live=False)
+    changed = load_config(None, [*RUN, "eval.every=0", "rollout.group_size=3"])
+    with pytest.raises(RunDirectoryError, match="rollout.group_size: 2 in the run, 3 now"):
+        compare(changed, ["grpo"], [0], tmp_path, live=False)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [
+        (["env.id=orsd_gym/Alfworld-v0"], "did you mean 'orsd_gym/ALFWorld-v0'"),
+        (["env.kwargs.splt=generated"], "env.kwargs.splt"),
+        (["rollout.layout=tree"], "rollout.layout"),
+        (["rollout.action_format=json"], "action_format"),
+        (["model.name=smollm2-135"], "did you mean 'smollm2-135m'"),
+        (["env.id=orsd_gym/GuessNumber-v0", "env.kwargs={goal_split: train}"], "env.kwargs.goal_split"),
+        (["env.id=orsd_gym/GuessNumber-v0", "env.kwargs={split: bogus}"], "split='bogus'"),
+    ],
+)
+def test_mistakes_fail_fast_with_one_line_naming_the_key(overrides, named, tmp_path, capsys):
+    started = time.perf_counter()
+    code = main(["train", "--config", str(_empty_yaml(tmp_path)), f"train.output_dir={tmp_path / 'out'}", *overrides])
+    elapsed = time.perf_counter() - started
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and named in err and len(err.splitlines()) == 1, err
+    assert elapsed < 1.0, f"took {elapsed:.2f} s"
+    assert not (tmp_path / "out").exists()  # nothing was written
+
+
+def test_train_needs_a_config(capsys):
+    with pytest.raises(SystemExit):
+        main(["train", "train.iterations=1"])
+    assert "--config" in capsys.readouterr().err
+
+
+def test_webshop_on_the_synthetic_catalog_says_so(tmp_path, monkeypatch):
+    pytest.importorskip("spacy")
+    monkeypatch.delenv("WEBSHOP_DATA", raising=False)
+    config = load_config(
+        None,
+        [
+            "env.id=orsd_gym/WebShop-v0",
+            "model.name=tiny-random",
+            "eval.num_tasks=2",
+            f"train.output_dir={tmp_path}",
+            "train.iterations=0",
+            "eval.every=0",
+        ],
+    )
+    Trainer(config, console=None)
+    plan = json.loads((tmp_path / "task_plan.json").read_text())
+    assert any("synthetic" in warning for warning in plan["summary"]["warnings"])
+
+
+def _empty_yaml(tmp_path: Path) -> Path:
+    path = tmp_path / "empty.yaml"
+    path.write_text("{}\n")
+    return path
+
+
+def _cli(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    code = (
+        f"import sys; sys.path.insert(0, {str(TESTS)!r}); import resumable_env; "
+        "from orsd_gym.cli import main; sys.exit(main(sys.argv[1:]))"
+    )
+    env = {**__import__("os").environ, "OMP_NUM_THREADS": "1", "COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def test_no_live_prints_a_line_per_iteration_and_json_only_on_request(tmp_path):
+    config = _empty_yaml(tmp_path)
+    plain = _cli(
+        "train", "--config", str(config), "--no-live", *RUN, "train.iterations=2", f"train.output_dir={tmp_path / 'a'}"
+    )
+    assert plain.returncode == 0, plain.stderr
+    lines = [line for line in plain.stdout.splitlines() if "| iteration " in line]
+    assert [line.split("| iteration ")[1].split(" ")[0] for line in lines] == ["1/2", "2/2"]
+    assert "{" not in plain.stdout  # no JSON glued to the human output
+    scripted = _cli("train", "--config", str(config), "--no-live", "--json", *RUN, f"train.output_dir={tmp_path / 'b'}")
+    assert scripted.returncode == 0, scripted.stderr
+    assert "final_eval" in json.loads(scripted.stdout)
+
+
+def test_config_show_help_defaults_and_rollout_options(tmp_path):
+    shown = _cli("config", "show", "--config", "demo", "optim.lr=3e-5")
+    assert shown.returncode == 0 and "lr: 3.0e-05" in shown.stdout and "num_bundles" not in shown.stdout
+    assert "clip_low: 0.2" in shown.stdout  # the algorithm's settings, every default included
+    helped = _cli("compare", "--help")
+    assert "(default: grpo,orsd)" in helped.stdout
+    out = tmp_path / "r.jsonl"
+    rolled = _cli(
+        "rollout",
+        "--env",
+        f"resumable_env:{VOWEL_ENV}",
+        "--model",
+        "tiny-random",
+        "--tasks",
+        "1",
+        "--group",
+        "1",
+        "--max-new-tokens",
+        "4",
+        "--action-format",
+        "admissible",
+        "--threads",
+        "1",
+        "--out",
+        str(out),
+        "--quiet",
+    )
+    assert rolled.returncode == 0, rolled.stderr
