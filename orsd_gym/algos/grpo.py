@@ -70,6 +70,11 @@ class GRPOConfig:
         """A frozen verifier policy is needed (ORSD's judge)."""
         return False
 
+    @property
+    def needs_expert_plans(self) -> bool:
+        """The trajectories must carry the env's expert plan (ORSD's expert-rubric control)."""
+        return False
+
 
 # --------------------------------------------------------------------------- equations
 

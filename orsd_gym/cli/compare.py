@@ -11,7 +11,7 @@ from rich.console import Console
 from orsd_gym import configio
 from orsd_gym.cli.options import add_json, add_no_live, add_threads, threads_override
 from orsd_gym.errors import UsageError
-from orsd_gym.train.compare import compare, run_config
+from orsd_gym.train.compare import Arm, compare, run_config
 from orsd_gym.train.config import Config
 from orsd_gym.train.report import print_summary
 
@@ -19,7 +19,11 @@ from orsd_gym.train.report import print_summary
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", required=True, help="base YAML config, or the name of a shipped config")
     parser.add_argument("--env", help="env id (overrides env.id of the config)")
-    parser.add_argument("--algos", default="grpo,orsd", help="comma-separated algorithm names")
+    parser.add_argument(
+        "--algos",
+        default="grpo,orsd",
+        help="comma-separated arms: algorithm names, and ORSD's controls orsd:expert, orsd:shuffled, orsd:file",
+    )
     parser.add_argument("--seeds", type=int, default=3, help="number of seeds (0..N-1)")
     parser.add_argument("--out", default="reports/compare", help="report directory")
     parser.add_argument("--fresh", action="store_true", help="retrain runs already in the report directory")
@@ -44,7 +48,7 @@ def run_comparison(base: Config, args: argparse.Namespace, out: Path) -> Path:
     if args.seeds < 1:
         raise UsageError("--seeds must be >= 1")
     for name in names:
-        run_config(base, name, 0, out)  # every algorithm's settings are valid before any run starts
+        run_config(base, Arm.parse(name), 0, out)  # every arm's settings are valid before any run starts
     if args.fresh and (out / "runs").exists():
         shutil.rmtree(out / "runs")
     console = Console(stderr=args.json)

@@ -14,7 +14,7 @@ from orsd_gym.cli.options import add_json, add_threads, apply_threads
 from orsd_gym.errors import UsageError
 from orsd_gym.rollout.trajectory import save_jsonl
 from orsd_gym.train.checkpoint import latest_good_checkpoint, load_checkpoint
-from orsd_gym.train.config import Config
+from orsd_gym.train.config import Config, resolve_algo
 from orsd_gym.train.evaluate import evaluate_checkpoint
 from orsd_gym.train.validation import validate_settings
 
@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     for override in [*args.overrides, *extra]:
         configio.apply_override(data, override)
     config = configio.from_dict(Config, data)
-    validate_settings(config)
+    validate_settings(config, resolve_algo(config))
     trajectories, result = evaluate_checkpoint(config, checkpoint)
     if args.out:
         save_jsonl(trajectories, args.out)

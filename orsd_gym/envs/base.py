@@ -8,7 +8,7 @@ only says what its tasks are, how a task starts and how one action plays out:
   picks task k of `tasks` (stable order);
 * ``step(action)`` accepts any string: non-strings and over-long strings become a defined
   outcome (invalid action / truncated text), never an exception;
-* every ``info`` carries ``task``, ``task_id``, ``won``, ``is_valid_action`` and
+* every ``info`` carries ``task``, ``task_id``, ``task_key``, ``won``, ``is_valid_action`` and
   ``admissible_actions``;
 * an env says how its tasks divide into training and held-out evaluation tasks
   (`TextEnv.task_splits`) and names each task (`TextEnv.task_key`), so a trainer can prove
@@ -203,6 +203,8 @@ class TextEnv(gym.Env[str, str], ABC):
         info = dict(extra)
         info["task"] = self._task_text(self._task_id)
         info["task_id"] = self._task_id
+        # The task's name across splits and instances (a user-given task outside `tasks` has none).
+        info["task_key"] = self.task_key(self._task_id) if 0 <= self._task_id < len(self.tasks) else "custom"
         info["won"] = self._won
         info["is_valid_action"] = bool(is_valid_action)
         info.setdefault("admissible_actions", [] if self._done else self.admissible_actions())

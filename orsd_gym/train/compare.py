@@ -15,10 +15,13 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import get_args
 
 from rich.console import Console
 
 from orsd_gym import configio
+from orsd_gym.algos.orsd.sources import RubricSource
+from orsd_gym.errors import UsageError
 from orsd_gym.train.checkpoint import list_checkpoints
 from orsd_gym.train.config import Config, resolve_algo
 from orsd_gym.train.metrics import read_metrics
@@ -39,23 +42,49 @@ class RunResult:
     plan: dict
 
 
-def run_config(base: Config, algo: str, seed: int, out_dir: Path) -> Config:
-    """The config of one (algorithm, seed) run of a comparison."""
+@dataclass(frozen=True)
+class Arm:
+    """One arm of a comparison: ``"grpo"``, ``"orsd"``, or ``"orsd:<rubric_source>"`` (the ORSD
+    controls: ``orsd:expert``, ``orsd:shuffled``, ``orsd:file``)."""
+
+    label: str
+    algo: str
+    params: dict[str, str]
+
+    @classmethod
+    def parse(cls, text: str) -> Arm:
+        algo, _, variant = text.strip().partition(":")
+        if not variant:
+            return cls(algo, algo, {})
+        if algo != "orsd" or variant not in get_args(RubricSource):
+            raise UsageError(
+                f"arm {text!r}: a variant is an ORSD rubric source (orsd:{'|'.join(get_args(RubricSource))})"
+            )
+        return cls(text.strip(), algo, {"rubric_source": variant})
+
+    @property
+    def slug(self) -> str:
+        """The label as a directory name."""
+        return self.label.replace(":", "-")
+
+
+def run_config(base: Config, arm: Arm, seed: int, out_dir: Path) -> Config:
+    """The config of one (arm, seed) run of a comparison."""
     config = copy.deepcopy(base)
-    config.algo.name = algo
+    config.algo.name = arm.algo
+    config.algo.per_algo[arm.algo] = {**config.algo.per_algo.get(arm.algo, {}), **arm.params}
     config.train.seed = seed
-    config.train.output_dir = str(out_dir / "runs" / f"{algo}-seed{seed}")
+    config.train.output_dir = str(out_dir / "runs" / f"{arm.slug}-seed{seed}")
     if config.warm_start.episodes > 0 and not config.warm_start.path:
         # One warm start per seed, shared by every algorithm: same initial weights.
         config.warm_start.path = str(out_dir / "warm_start" / f"seed{seed}.safetensors")
-    resolve_algo(config)  # fail before any run starts if one algorithm's settings are bad
-    validate_settings(config)
+    validate_settings(config, resolve_algo(config))  # fail before any run starts if a setting is bad
     return config
 
 
 def compare(
     base: Config,
-    algos: list[str],
+    arms: list[str],
     seeds: list[int],
     out_dir: str | Path,
     *,
@@ -63,7 +92,7 @@ def compare(
     resume: bool = True,
     console: Console | None = None,
 ) -> Path:
-    """Train every (algorithm, seed) pair, then write the report; returns the report path.
+    """Train every (arm, seed) pair (arms: see `Arm`), then write the report; returns its path.
 
     With ``resume`` a run that already has a checkpoint continues (so an interrupted comparison
     restarts where it stopped), but only if it was trained with exactly these settings: a run
@@ -72,10 +101,11 @@ def compare(
     """
     out_dir = Path(out_dir)
     console = console or Console()
-    configs = [(algo, seed, run_config(base, algo, seed, out_dir)) for seed in seeds for algo in algos]
+    parsed = [Arm.parse(text) for text in arms]
+    configs = [(arm.label, seed, run_config(base, arm, seed, out_dir)) for seed in seeds for arm in parsed]
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "compare_config.yaml").write_text(
-        json.dumps({"algos": algos, "seeds": seeds, "base": configio.to_dict(base)}, indent=1)
+        json.dumps({"arms": arms, "seeds": seeds, "base": configio.to_dict(base)}, indent=1)
     )
     results = []
     for algo, seed, config in configs:

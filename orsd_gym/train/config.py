@@ -224,8 +224,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
     """Load and fully validate a config: keys and types, the algorithm's own settings, the env
     id, env arguments and model names (`orsd_gym.train.validation`), before anything loads."""
     config = configio.load(Config, path, overrides)
-    resolve_algo(config)
-    validate_settings(config)
+    validate_settings(config, resolve_algo(config))
     return config
 
 

@@ -17,68 +17,68 @@ from typing import Any
 import numpy as np
 
 # Two-sided 95% Student t critical values by degrees of freedom (df > 30: normal approx).
-_T95 = {
-    1: 12.706,
-    2: 4.303,
-    3: 3.182,
-    4: 2.776,
-    5: 2.571,
-    6: 2.447,
-    7: 2.365,
-    8: 2.306,
-    9: 2.262,
-    10: 2.228,
-    11: 2.201,
-    12: 2.179,
-    13: 2.160,
-    14: 2.145,
-    15: 2.131,
-    16: 2.120,
-    17: 2.110,
-    18: 2.101,
-    19: 2.093,
-    20: 2.086,
-    21: 2.080,
-    22: 2.074,
-    23: 2.069,
-    24: 2.064,
-    25: 2.060,
-    26: 2.056,
-    27: 2.052,
-    28: 2.048,
-    29: 2.045,
-    30: 2.042,
-}
+_T95 = dict(
+    enumerate(
+        (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131)
+        + (2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042),
+        start=1,
+    )
+)
+#: Below this many seeds an interval is reported but called too wide to separate arms.
+FEW_SEEDS = 3
 
 METRICS = (("success", "eval/success_rate"), ("score", "eval/mean_return"))
+#: The range a metric (and a difference of two) can take: intervals are clipped to it. The
+#: built-in envs' returns lie in [0, 1] (success, WebShop's score).
+RANGES = {"success": (0.0, 1.0), "score": (0.0, 1.0)}
 
 
 @dataclass
 class Estimate:
+    """A mean across seeds with its two-sided 95% t interval, clipped to the metric's range."""
+
     mean: float
-    half_width: float  # of the 95% CI; nan with a single seed
+    half_width: float  # of the 95% CI; nan with fewer than 2 seeds
     n: int
+    bounds: tuple[float, float] = (-math.inf, math.inf)
+
+    @property
+    def low(self) -> float:
+        return max(self.mean - self.half_width, self.bounds[0])
+
+    @property
+    def high(self) -> float:
+        return min(self.mean + self.half_width, self.bounds[1])
 
     def __str__(self) -> str:
         if self.n < 2 or math.isnan(self.half_width):
-            return f"{self.mean:.3f} (n={self.n})"
-        return f"{self.mean:.3f} ± {self.half_width:.3f}"
+            return f"{self.mean:.3f} (n={self.n}: no interval)"
+        return f"{self.mean:.3f} [{self.low:.3f}, {self.high:.3f}]"
 
-    def as_dict(self) -> dict[str, float]:
-        return {"mean": self.mean, "ci95": self.half_width, "n": self.n}
+    def as_dict(self) -> dict[str, Any]:
+        return {"mean": self.mean, "ci95": self.half_width, "n": self.n, "low": self.low, "high": self.high}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], bounds: tuple[float, float]) -> Estimate:
+        return cls(data["mean"], data["ci95"], data["n"], bounds)
 
 
-def mean_ci(values: list[float]) -> Estimate:
-    """Mean and half-width of the two-sided 95% t confidence interval."""
+def mean_ci(values: list[float], bounds: tuple[float, float] = (-math.inf, math.inf)) -> Estimate:
+    """Mean and the two-sided 95% t confidence interval (clipped to ``bounds``)."""
     values = [float(v) for v in values]
     n = len(values)
     if n == 0:
-        return Estimate(math.nan, math.nan, 0)
+        return Estimate(math.nan, math.nan, 0, bounds)
     mean = float(np.mean(values))
     if n < 2:
-        return Estimate(mean, math.nan, n)
+        return Estimate(mean, math.nan, n, bounds)
     t = _T95.get(n - 1, 1.96)
-    return Estimate(mean, t * float(np.std(values, ddof=1)) / math.sqrt(n), n)
+    return Estimate(mean, t * float(np.std(values, ddof=1)) / math.sqrt(n), n, bounds)
+
+
+def _difference_bounds(label: str) -> tuple[float, float]:
+    low, high = RANGES[label]
+    return (low - high, high - low)
 
 
 def summarise(results: list[Any]) -> dict[str, Any]:
@@ -93,9 +93,9 @@ def summarise(results: list[Any]) -> dict[str, Any]:
             starts = [r.evals[0].get(key, math.nan) for r in runs]
             finals = [r.evals[-1].get(key, math.nan) for r in runs]
             bests = [max(e.get(key, -math.inf) for e in r.evals) for r in runs]
-            entry[f"start_{label}"] = mean_ci(starts).as_dict()
-            entry[f"final_{label}"] = mean_ci(finals).as_dict()
-            entry[f"best_{label}"] = mean_ci(bests).as_dict()
+            entry[f"start_{label}"] = mean_ci(starts, RANGES[label]).as_dict()
+            entry[f"final_{label}"] = mean_ci(finals, RANGES[label]).as_dict()
+            entry[f"best_{label}"] = mean_ci(bests, RANGES[label]).as_dict()
             entry[f"start_{label}_seed_sd"] = float(np.std(starts, ddof=1)) if len(starts) > 1 else math.nan
             entry[f"final_{label}_seed_sd"] = float(np.std(finals, ddof=1)) if len(finals) > 1 else math.nan
         table[algo] = entry
@@ -110,6 +110,7 @@ def summarise(results: list[Any]) -> dict[str, Any]:
                 ],
                 "orsd_rubric_frac": _mean_metric(r.metrics, "orsd/rubric_frac"),
                 "orsd_abs_delta_mean": _mean_metric(r.metrics, "orsd/abs_delta_mean"),
+                "credit_alignment": _mean_metric(r.metrics, "orsd/credit_alignment"),
                 "zero_adv_group_frac": _mean_metric(r.metrics, "algo/zero_adv_group_frac"),
                 "mixed_group_frac": _mixed_group_frac(r.metrics),
                 "train_success_rate": _mean_metric(r.metrics, "train/success_rate"),
@@ -126,7 +127,7 @@ def summarise(results: list[Any]) -> dict[str, Any]:
                 partner = next((b for b in results if b.algo == baseline and b.seed == r.seed and b.evals), None)
                 if partner is not None:
                     diffs.append(r.evals[-1].get(key, math.nan) - partner.evals[-1].get(key, math.nan))
-            entry[f"final_{label}_diff"] = mean_ci(diffs).as_dict()
+            entry[f"final_{label}_diff"] = mean_ci(diffs, _difference_bounds(label)).as_dict()
             entry[f"final_{label}_diffs"] = diffs
         paired[f"{algo} - {baseline}"] = entry
     return {"algos": algos, "table": table, "paired": paired, "runs": per_run, "tasks": task_summary(results)}
@@ -164,31 +165,54 @@ def _mixed_group_frac(metrics: list[dict]) -> float | None:
     return None if zero is None else 1.0 - zero
 
 
+#: How arms are told apart in plots even where their curves coincide.
+_STYLES = ("-", "--", ":", "-.")
+_MARKERS = ("o", "s", "^", "D", "v", "P")
+
+
 def plot_curves(summary: dict[str, Any], path: Path, key: str, ylabel: str) -> None:
+    """Per arm: its seeds' mean curve (own colour, line style and marker, drawn slightly offset so
+    identical curves stay visible) and a band from the lowest to the highest seed."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=120)
-    for index, algo in enumerate(summary["algos"]):
-        colour = f"C{index}"
+    fig, ax = plt.subplots(figsize=(7.0, 4.2), dpi=120)
+    algos = summary["algos"]
+    for index, algo in enumerate(algos):
         curves = [run["curve"] for run in summary["runs"].values() if run["algo"] == algo]
-        for curve in curves:
-            ax.plot([p["env_steps"] for p in curve], [p[key] for p in curve], color=colour, alpha=0.25, linewidth=1)
-        if curves:
-            length = min(len(c) for c in curves)
-            xs = np.mean([[p["env_steps"] for p in c[:length]] for c in curves], axis=0)
-            ys = np.mean([[p[key] if p[key] is not None else np.nan for p in c[:length]] for c in curves], axis=0)
-            ax.plot(xs, ys, color=colour, linewidth=2.2, marker="o", label=f"{algo} (mean of {len(curves)})")
+        if not curves:
+            continue
+        length = min(len(c) for c in curves)
+        xs = np.mean([[p["env_steps"] for p in c[:length]] for c in curves], axis=0)
+        ys = np.array([[p[key] if p[key] is not None else np.nan for p in c[:length]] for c in curves], dtype=float)
+        nudge = (index - (len(algos) - 1) / 2) * 0.006  # a few pixels: coinciding curves stay visible
+        colour, style, marker = f"C{index}", _STYLES[index % len(_STYLES)], _MARKERS[index % len(_MARKERS)]
+        if len(curves) > 1:
+            ax.fill_between(xs, ys.min(axis=0), ys.max(axis=0), color=colour, alpha=0.12, linewidth=0)
+        label = f"{algo} (mean of {len(curves)} seed{'s' if len(curves) > 1 else ''})"
+        ax.plot(xs, ys.mean(axis=0) + nudge, color=colour, linestyle=style, marker=marker, linewidth=2, label=label)
     ax.set_xlabel("environment steps")
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:  # runs without evaluations draw nothing to label
-        ax.legend()
+        ax.legend(title="band: lowest to highest seed", fontsize=8, title_fontsize=8)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+def coinciding_arms(summary: dict[str, Any], key: str = "eval/success_rate") -> list[tuple[str, str]]:
+    """Pairs of arms whose mean curves are identical at every evaluation (drawn on top of each other)."""
+    means = {}
+    for algo in summary["algos"]:
+        curves = [run["curve"] for run in summary["runs"].values() if run["algo"] == algo]
+        if curves:
+            length = min(len(c) for c in curves)
+            means[algo] = [round(float(np.mean([c[i][key] for c in curves])), 9) for i in range(length)]
+    names = list(means)
+    return [(a, b) for i, a in enumerate(names) for b in names[i + 1 :] if means[a] == means[b]]
 
 
 def effect_statement(summary: dict[str, Any]) -> list[str]:
@@ -219,15 +243,17 @@ def effect_statement(summary: dict[str, Any]) -> list[str]:
                 "no measurable effect at this budget."
             )
             continue
-        low, high = diff["mean"] - diff["ci95"], diff["mean"] + diff["ci95"]
+        estimate = Estimate.from_dict(diff, _difference_bounds("success"))
+        low, high = estimate.low, estimate.high
         verdict = (
             "the 95% interval excludes zero: the difference is larger than seed noise"
             if low > 0 or high < 0
             else "the 95% interval includes zero: the difference is not distinguishable from seed noise"
         )
+        few = f" With {n} seeds the interval is too wide to separate arms." if n < FEW_SEEDS else ""
         lines.append(
             f"- {name}: paired final-success difference {diff['mean']:+.3f} "
-            f"(95% CI [{low:+.3f}, {high:+.3f}], {n} seeds){noise_text}; {verdict}."
+            f"(95% CI [{low:+.3f}, {high:+.3f}], {n} seeds){noise_text}; {verdict}.{few}"
         )
     return lines
 
@@ -257,26 +283,20 @@ def write_report(out_dir: str | Path, base_config: Any, results: list[Any]) -> P
         *_task_lines(summary, cfg),
         *_warm_start_lines(cfg),
         "",
-        "## Held-out results (mean ± 95% CI across seeds)",
+        "## Held-out results (mean [95% CI] across seeds, clipped to the metric's range)",
         "",
         "| algorithm | start success | final success | best success | final score | best score |",
         "|---|---|---|---|---|---|",
     ]
     for algo in summary["algos"]:
-        row = summary["table"][algo]
-        cells = [
-            str(Estimate(row[m]["mean"], row[m]["ci95"], row[m]["n"]))
-            for m in ("start_success", "final_success", "best_success", "final_score", "best_score")
-        ]
-        lines.append(f"| {algo} | " + " | ".join(cells) + " |")
+        lines.append(f"| {algo} | " + " | ".join(_row_cells(summary["table"][algo])) + " |")
+    if len(seeds) < FEW_SEEDS:
+        lines += ["", f"With {len(seeds)} seed(s) these intervals are too wide to tell arms apart."]
     lines += ["", "## Paired differences (same seed: same initial weights, tasks and eval set)", ""]
     for name, entry in summary["paired"].items():
-        d = entry["final_success_diff"]
-        s = entry["final_score_diff"]
-        lines.append(
-            f"- {name}: final success {Estimate(d['mean'], d['ci95'], d['n'])}, "
-            f"final score {Estimate(s['mean'], s['ci95'], s['n'])}; per seed {entry['final_success_diffs']}"
-        )
+        d = Estimate.from_dict(entry["final_success_diff"], _difference_bounds("success"))
+        s = Estimate.from_dict(entry["final_score_diff"], _difference_bounds("score"))
+        lines.append(f"- {name}: final success {d}, final score {s}; per seed {entry['final_success_diffs']}")
     lines += ["", "## How big is the effect?", ""] + (effect_statement(summary) or ["- only one algorithm was run."])
     signal = [
         f"{name}: {run['mixed_group_frac']:.2f}"
@@ -302,10 +322,36 @@ def write_report(out_dir: str | Path, base_config: Any, results: list[Any]) -> P
             "corrected tokens: " + ", ".join(orsd) + ". Where this is small, ORSD's advantages are GRPO's "
             "and the two runs of a seed coincide."
         )
-    lines += ["", "## Learning curves", "", "![success](success_curve.png)", "", "![score](score_curve.png)", ""]
+    aligned = [
+        f"{name}: {run['credit_alignment']:+.4f}"
+        for name, run in summary["runs"].items()
+        if run.get("credit_alignment") is not None
+    ]
+    if aligned:
+        lines.append(
+            "Credit alignment (mean delta on tokens of actions that agree with the expert's next action minus "
+            "on other actions; what tells a right rubric from extra text): " + ", ".join(aligned) + "."
+        )
+    if any(":expert" in algo for algo in summary["algos"]):
+        lines.append(
+            "`orsd:expert` is a positive control: its rubrics restate the env's expert plan, privileged "
+            "information no real run has. `orsd:shuffled` applies rubrics written for other tasks."
+        )
+    coinciding = coinciding_arms(summary)
+    lines += ["", "## Learning curves", ""]
+    if coinciding:
+        pairs = "; ".join(f"{a} and {b}" for a, b in coinciding)
+        lines += [f"Identical mean success curves (drawn slightly apart to stay visible): {pairs}.", ""]
+    lines += ["![success](success_curve.png)", "", "![score](score_curve.png)", ""]
     report = out_dir / "report.md"
     report.write_text("\n".join(lines), encoding="utf-8")
     return report
+
+
+def _row_cells(row: dict[str, Any]) -> list[str]:
+    """One arm's cells of the results table."""
+    columns = ("start_success", "final_success", "best_success", "final_score", "best_score")
+    return [str(Estimate.from_dict(row[m], RANGES[m.split("_", 1)[1]])) for m in columns]
 
 
 def _task_lines(summary: dict[str, Any], cfg: dict[str, Any]) -> list[str]:
@@ -346,13 +392,7 @@ def print_summary(report: Path, console: Any) -> None:
         table.add_column(column, justify="right" if column != "algorithm" else "left")
     for algo in summary["algos"]:
         row = summary["table"][algo]
-        table.add_row(
-            algo,
-            *[
-                str(Estimate(row[m]["mean"], row[m]["ci95"], row[m]["n"]))
-                for m in ("start_success", "final_success", "best_success", "final_score", "best_score")
-            ],
-        )
+        table.add_row(algo, *_row_cells(row))
     console.print(table)
     for line in effect_statement(summary):
         console.print(line)

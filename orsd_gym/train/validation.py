@@ -27,10 +27,16 @@ if TYPE_CHECKING:  # the config module calls this one while loading
 MAKE_KWARGS = frozenset({"max_episode_steps", "disable_env_checker", "autoreset", "apply_api_compatibility"})
 
 
-def validate_settings(config: Config) -> None:
-    """The env id and its constructor arguments (training, evaluation and warm-start sides) and
-    the model names of ``config``; raises `ConfigError` on the first bad one."""
+def validate_settings(config: Config, algo_settings: Any) -> None:
+    """The env id and its constructor arguments (training, evaluation and warm-start sides), the
+    model names of ``config``, and what the algorithm's settings (``resolve_algo``) need of the
+    env; raises `ConfigError` on the first bad one."""
     creator = env_creator(config.env.id)
+    if algo_settings.needs_expert_plans and not config.env.kwargs.get("expert"):
+        raise ConfigError(
+            f"algo.params.rubric_source={algo_settings.rubric_source!r} needs the env's expert plan in the "
+            "trajectories: set env.kwargs.expert=reset (or true, which also gives credit alignment)"
+        )
     sides = [("env.kwargs", config.env.kwargs), ("eval.env_kwargs", config.eval.env_kwargs)]
     if config.warm_start.episodes > 0:
         sides.append(("warm_start.env_kwargs", config.warm_start.env_kwargs))

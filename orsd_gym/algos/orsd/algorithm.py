@@ -32,6 +32,8 @@ import torch
 
 from orsd_gym.algos.base import PreparedBatch, register_algorithm
 from orsd_gym.algos.grpo import GRPO, GRPOConfig, episode_groups
+from orsd_gym.algos.orsd.alignment import credit_alignment
+from orsd_gym.algos.orsd.expert_rubric import expert_bundle_for
 from orsd_gym.algos.orsd.replay import DEFAULT_RUBRIC_TEMPLATE, DeltaBaseline, Placement, replay_deltas
 from orsd_gym.algos.orsd.rubrics import (
     DEFAULT_OFFLINE_PROPOSAL_TEMPLATE,
@@ -43,7 +45,14 @@ from orsd_gym.algos.orsd.rubrics import (
     render_attempt,
 )
 from orsd_gym.algos.orsd.selection import bundle_correlations, select_bundle, select_random_bundle
-from orsd_gym.algos.orsd.shaping import shape_advantages
+from orsd_gym.algos.orsd.shaping import group_delta_scale, shape_advantages
+from orsd_gym.algos.orsd.sources import (
+    APPLIED_WITHOUT_SELECTION,
+    RubricSource,
+    ShuffledRubrics,
+    file_bundles,
+    load_rubric_file,
+)
 from orsd_gym.algos.orsd.verifier import (
     DEFAULT_VERIFIER_SYSTEM,
     DEFAULT_VERIFIER_TEMPLATE,
@@ -51,6 +60,7 @@ from orsd_gym.algos.orsd.verifier import (
     Scoring,
     Verifier,
 )
+from orsd_gym.envs.base import EXPERT_ACTIONS
 from orsd_gym.policies.base import Completion, Policy, SamplingParams
 from orsd_gym.rollout.trajectory import Trajectory
 
@@ -95,6 +105,16 @@ class ORSDConfig(GRPOConfig):
     #: no extra pass), "rescore" (a second scoring pass, the same kind as the "with" side), or
     #: "auto": rescore unless the policy runs in float32, where the two agree to ~1e-4.
     delta_baseline: DeltaBaseline | Literal["auto"] = "auto"
+    #: "raw": the correction is ``beta * clip(delta)`` in nats; "normalized": each group's delta is
+    #: rescaled so its mean |clip(delta)| equals the group's mean |advantage| (`group_delta_scale`),
+    #: making ``beta`` the correction's share of a typical advantage.
+    delta_scale: Literal["raw", "normalized"] = "raw"
+    #: Where candidate rubrics come from (`orsd_gym.algos.orsd.sources`): the method ("policy") or
+    #: a control ("expert", "shuffled") or a person's file ("file", with ``rubric_file``).
+    rubric_source: RubricSource = "policy"
+    rubric_file: str | None = None
+    #: What a "shuffled" source lends to other tasks: expert bundles or the policy's selected ones.
+    shuffled_from: Literal["expert", "policy"] = "expert"
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -114,10 +134,19 @@ class ORSDConfig(GRPOConfig):
             raise ValueError(f"need beta >= 0 and delta_clip > 0, got {self.beta}, {self.delta_clip}")
         if not -1.0 <= self.min_corr <= 1.0:
             raise ValueError(f"min_corr is a correlation threshold in [-1, 1], got {self.min_corr}")
+        if (self.rubric_source == "file") != (self.rubric_file is not None):
+            raise ValueError("rubric_file is needed by rubric_source='file' and used by it only")
+        if self.rubric_mode == "offline" and self.rubric_source != "policy":
+            raise ValueError("rubric_mode='offline' applies to rubric_source='policy' only")
 
     @property
     def needs_verifier(self) -> bool:
         return True
+
+    @property
+    def needs_expert_plans(self) -> bool:
+        """The rubric source reads the env's expert plan from each trajectory's reset info."""
+        return self.rubric_source == "expert" or (self.rubric_source == "shuffled" and self.shuffled_from == "expert")
 
 
 @dataclass
@@ -132,6 +161,9 @@ class _GroupWork:
     task_key: str
     rewards: list[float]
     bundles: list[list[str]]
+    #: Where the bundles came from, and for a shuffled one the task it was written for.
+    source: str = "policy"
+    lent_from: str | None = None
     malformed: int = 0
     #: Raw text of the dropped bundles (shortened), to see why parsing failed.
     malformed_texts: list[str] = field(default_factory=list)
@@ -153,6 +185,9 @@ class ORSD(GRPO):
         super().__init__(config, reference=reference, verifier=verifier)
         #: rubric_mode offline: task key -> bundles written once for that task.
         self.offline_bundles: dict[str, list[list[str]]] = {}
+        #: rubric_source shuffled: rubrics of tasks seen so far, lent to other tasks.
+        self.shuffled = ShuffledRubrics()
+        self.rubric_table = load_rubric_file(self.config.rubric_file) if self.config.rubric_file else {}
         self._verifier: Verifier | None = None
 
     # ------------------------------------------------------------------ prepare
@@ -171,9 +206,10 @@ class ORSD(GRPO):
                 # An attempt is shown by its last sample (per-step samples repeat the whole episode).
                 attempts=[episode[-1] for episode in episodes],
                 task=trajs[episodes[0][0]].task,
-                task_key=f"{trajs[episodes[0][0]].env_id}#{trajs[episodes[0][0]].task_id}",
+                task_key=_task_key(trajs[episodes[0][0]]),
                 rewards=[batch.rewards[episode[0]] for episode in episodes],
                 bundles=[],
+                source=cfg.rubric_source,
             )
             for gid, episodes in episode_groups(trajs).items()
         ]
@@ -186,7 +222,7 @@ class ORSD(GRPO):
         times = {"time/orsd_grpo": time.perf_counter() - started}
 
         t0 = time.perf_counter()
-        self._propose(active, trajs, policy, rng)
+        self._candidates(groups, active, trajs, policy, rng)
         times["time/orsd_propose"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
@@ -196,6 +232,8 @@ class ORSD(GRPO):
         t0 = time.perf_counter()
         for group in active:
             self._select(group, rng)
+        if cfg.rubric_source == "shuffled":
+            self._lend(groups, active, trajs, policy, rng)
         times["time/orsd_select"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
@@ -219,11 +257,18 @@ class ORSD(GRPO):
         times["time/orsd_replay"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
+        scales = self._delta_scales(groups, deltas, trajs, batch)
         corrections = []
         for i, trajectory in enumerate(trajs):
             mask = torch.as_tensor(trajectory.loss_mask, dtype=torch.float32)
             shaped = shape_advantages(
-                batch.advantages[i], deltas[i], mask, cfg.beta, cfg.delta_clip, center=cfg.center_delta
+                batch.advantages[i],
+                deltas[i],
+                mask,
+                cfg.beta,
+                cfg.delta_clip,
+                center=cfg.center_delta,
+                scale=scales.get(i, 1.0),
             )
             corrections.append(shaped - batch.advantages[i])
             batch.advantages[i] = shaped
@@ -258,6 +303,57 @@ class ORSD(GRPO):
                 chunk_size=cfg.verifier_chunk_size,
             )
         return self._verifier
+
+    def _candidates(
+        self,
+        groups: list[_GroupWork],
+        active: list[_GroupWork],
+        trajs: list[Trajectory],
+        policy: Policy,
+        rng: np.random.Generator,
+    ) -> None:
+        """Fill ``bundles`` of the groups with mixed rewards from the configured source."""
+        source = self.config.rubric_source
+        if source == "file":
+            for group in active:
+                group.bundles = file_bundles(self.rubric_table, group.task_key)
+        elif source == "expert":
+            for group in active:
+                group.bundles = [expert_bundle_for(trajs[group.attempts[0]], self.config.max_criteria)]
+        elif source == "policy" or self.config.shuffled_from == "policy":
+            self._propose(active, trajs, policy, rng)
+        else:
+            # Shuffled expert bundles: every group's own bundle joins the pool (mixed or not), so
+            # the tasks of this batch can lend to each other; `_lend` then swaps them.
+            for group in groups:
+                self.shuffled.remember(
+                    group.task_key, expert_bundle_for(trajs[group.attempts[0]], self.config.max_criteria)
+                )
+
+    def _lend(
+        self,
+        groups: list[_GroupWork],
+        active: list[_GroupWork],
+        trajs: list[Trajectory],
+        policy: Policy,
+        rng: np.random.Generator,
+    ) -> None:
+        """Replace each mixed group's rubric with one written for another task (and verify it)."""
+        if self.config.shuffled_from == "policy":
+            for group in groups:
+                if group.selected is not None:
+                    self.shuffled.remember(group.task_key, group.bundles[group.selected])
+        for group in active:
+            lent = self.shuffled.lend(group.task_key, rng)
+            group.bundles, group.scores, group.correlations, group.selected = [], None, None, None
+            if lent is None:
+                group.reason = "no rubric of another task yet"
+                continue
+            group.lent_from, bundle = lent
+            group.bundles = [bundle]
+        self._verify([g for g in active if g.bundles], trajs, policy)
+        for group in active:
+            self._select(group, rng)
 
     def _propose(
         self, groups: list[_GroupWork], trajs: list[Trajectory], policy: Policy, rng: np.random.Generator
@@ -347,11 +443,14 @@ class ORSD(GRPO):
     def _select(self, group: _GroupWork, rng: np.random.Generator) -> None:
         cfg = self.config
         if not group.bundles:
-            group.reason = "no well-formed bundle"
+            group.reason = group.reason if group.reason else "no well-formed bundle"
             return
         assert group.scores is not None
         group.correlations = bundle_correlations(group.scores, group.rewards)
-        if cfg.selection == "random":
+        if cfg.rubric_source in APPLIED_WITHOUT_SELECTION and (cfg.rubric_source == "expert" or group.lent_from):
+            # A control applies its one bundle whatever its alignment (recorded in the audit).
+            group.selected = 0
+        elif cfg.selection == "random":
             group.selected = select_random_bundle(group.scores, group.rewards, rng)
         else:
             group.selected = select_bundle(group.scores, group.rewards, cfg.min_corr)
@@ -373,6 +472,8 @@ class ORSD(GRPO):
             "attempt_indices": group.attempts,
             "rewards": group.rewards,
             "rubric_mode": self.config.rubric_mode,
+            "rubric_source": group.source,
+            "lent_from": group.lent_from,
             "bundles": group.bundles,
             "malformed_bundles": group.malformed,
             "malformed_texts": group.malformed_texts,
@@ -399,6 +500,9 @@ class ORSD(GRPO):
                 if values.numel()
                 else 0.0,
             }
+            if _knows_expert_actions(trajs[group.indices[0]]):
+                shaped = [trajs[i] for i in group.indices]
+                record["credit_alignment"] = credit_alignment(shaped, [deltas[i] for i in group.indices])
         return record
 
     def _metrics(
@@ -408,9 +512,23 @@ class ORSD(GRPO):
         corrs = [
             g.correlations[g.selected] for g in selected if g.correlations and g.correlations[g.selected] is not None
         ]
-        values = _masked_deltas(deltas, trajs, [i for g in selected for i in g.indices])
+        shaped = [i for g in selected for i in g.indices]
+        values = _masked_deltas(deltas, trajs, shaped)
         proposed = sum(len(g.bundles) + g.malformed for g in active)
-        return {
+        alignment = {}
+        if shaped and _knows_expert_actions(trajs[shaped[0]]):
+            # Where delta goes, not how big it is, tells a right rubric from extra text.
+            found = credit_alignment([trajs[i] for i in shaped], [deltas[i] for i in shaped])
+            alignment = {
+                f"orsd/credit_{name}": float(found[key])
+                for name, key in (
+                    ("alignment", "alignment"),
+                    ("agree_mean", "agree_mean"),
+                    ("other_mean", "other_mean"),
+                )
+                if found[key] is not None
+            }
+        return alignment | {
             "orsd/rubric_frac": len(selected) / len(groups),
             "orsd/mixed_group_frac": len(active) / len(groups),
             "orsd/mean_corr": float(np.mean(corrs)) if corrs else 0.0,
@@ -427,15 +545,48 @@ class ORSD(GRPO):
     # ------------------------------------------------------------------ checkpoints
 
     def state_dict(self) -> dict[str, Any]:
-        return {"offline_bundles": {k: [list(b) for b in v] for k, v in self.offline_bundles.items()}}
+        return {
+            "offline_bundles": {k: [list(b) for b in v] for k, v in self.offline_bundles.items()},
+            "shuffled_pool": self.shuffled.state(),
+        }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        unknown = set(state) - {"offline_bundles"}
+        unknown = set(state) - {"offline_bundles", "shuffled_pool"}
         if unknown:
             raise ValueError(f"unknown ORSD state keys {sorted(unknown)}")
         self.offline_bundles = {
             str(k): [[str(c) for c in b] for b in v] for k, v in dict(state.get("offline_bundles", {})).items()
         }
+        self.shuffled = ShuffledRubrics(
+            {str(k): [str(c) for c in v] for k, v in state.get("shuffled_pool", {}).items()}
+        )
+
+    def _delta_scales(
+        self, groups: list[_GroupWork], deltas: list[torch.Tensor], trajs: list[Trajectory], batch: PreparedBatch
+    ) -> dict[int, float]:
+        """Trajectory index -> the ``normalized`` delta scale of its group (empty when ``raw``)."""
+        if self.config.delta_scale == "raw":
+            return {}
+        scales = {}
+        for group in groups:
+            if group.selected is None:
+                continue
+            clipped = _masked_deltas(deltas, trajs, group.indices).abs().clamp(max=self.config.delta_clip)
+            advantages = [float(batch.token_extras["grpo_advantage"][i].abs().max()) for i in group.attempts]
+            scale = group_delta_scale(advantages, clipped)
+            scales.update({i: scale for i in group.indices})
+        return scales
+
+
+def _task_key(trajectory: Trajectory) -> str:
+    """The task's key as the env names it (`TextEnv.task_key`, in the reset info), the same key a
+    run's task plan and a rubric file use."""
+    return str(trajectory.infos[0].get("task_key") or f"{trajectory.env_id}#{trajectory.task_id}")
+
+
+def _knows_expert_actions(trajectory: Trajectory) -> bool:
+    """Whether the env reported its expert's next action at each step (``expert=True``)."""
+    return len(trajectory.infos) > 1 and EXPERT_ACTIONS in trajectory.infos[1]
 
 
 def _complete_lines(completion: Completion) -> str:
