@@ -107,6 +107,14 @@ class UnknownAlgorithmError(OrsdGymError, KeyError):
         return str(self.args[0])
 
 
+class MissingExpertPlanError(OrsdGymError, ValueError):
+    """A trajectory's reset info has no ``expert_actions``: the env was made without an expert."""
+
+
+class AlignmentLayoutError(OrsdGymError, ValueError):
+    """A trajectory's model spans cannot be matched with its actions, or a delta with its tokens."""
+
+
 class ReplayError(OrsdGymError, RuntimeError):
     """A trajectory's prompt span cannot be reproduced from its prompt messages."""
 

@@ -245,3 +245,24 @@ def test_make_vec_async_steps_two_envs_in_parallel(alf_cache):
         assert all(isinstance(t, str) and t for t in infos["task"]) and not any(infos["won"])
     finally:
         envs.close()
+
+
+@pytest.mark.parametrize("recycle_after", [None, 2])
+def test_expert_reset_mode_plans_at_reset_only(alf_cache, recycle_after):
+    replanning = make(alf_cache, expert=True)
+    at_reset = make(alf_cache, expert="reset", recycle_after=recycle_after)
+    for task_id in (0, 3):
+        _, full_info = replanning.reset(options={"task_id": task_id})
+        _, info = at_reset.reset(options={"task_id": task_id})
+        plan = info["expert_actions"]
+        assert plan and plan == full_info["expert_actions"]
+        for action in plan:
+            _, reward, terminated, _, info = at_reset.step(action)
+            assert "expert_actions" not in info
+        assert terminated and reward == 1.0 and info["won"]
+        _, _, _, _, info = replanning.step(plan[0])
+        assert info["expert_actions"] == plan[1:]  # expert=True still replans every step
+    with pytest.raises(ValueError, match="expert="):
+        make(alf_cache, expert="every step")
+    replanning.close()
+    at_reset.close()

@@ -3,6 +3,8 @@ comparison arms that select them, and the report a researcher reads."""
 
 from __future__ import annotations
 
+import copy
+import json
 import math
 
 import numpy as np
@@ -11,8 +13,9 @@ from algos_helpers import make_group
 
 from orsd_gym.algos.base import make_algorithm
 from orsd_gym.algos.orsd.sources import ShuffledRubrics, file_bundles, load_rubric_file
+from orsd_gym.envs import StepOutcome, TextEnv, register_text_env
 from orsd_gym.errors import ConfigError, UsageError
-from orsd_gym.train.compare import Arm, run_config
+from orsd_gym.train.compare import Arm, compare, run_config
 from orsd_gym.train.config import load_config
 from orsd_gym.train.report import Estimate, coinciding_arms, mean_ci
 
@@ -84,3 +87,87 @@ def test_coinciding_curves_are_reported():
         "runs": {"grpo-seed0": {"algo": "grpo", "curve": curve}, "orsd-seed0": {"algo": "orsd", "curve": curve}},
     }
     assert coinciding_arms(summary) == [("grpo", "orsd")]
+
+
+class _ExpertVowelEnv(TextEnv):
+    """Reward = share of vowels in a one-step answer; with ``expert`` every info carries the
+    expert's plan (so the expert and shuffled rubric sources have something to restate)."""
+
+    themes = ("animal", "colour", "city", "food", "tool", "plant", "river", "song", "game", "name")
+
+    def __init__(self, expert: bool = False, render_mode=None):
+        super().__init__(render_mode=render_mode)
+        self.expert = expert
+
+    @property
+    def tasks(self):
+        return self.themes
+
+    def _task_text(self, task_id):
+        return f"Write a {self.themes[task_id]} word with many vowels."
+
+    def _start_task(self, task_id, options):
+        return f"Your task is to: {self._task_text(task_id).lower()}", self._plan()
+
+    def _plan(self):
+        return {"expert_actions": [f"aeiou {self.themes[self.task_id or 0]}"]} if self.expert else {}
+
+    def _play(self, action):
+        letters = [c for c in action.lower() if c.isalpha()]
+        score = sum(c in "aeiou" for c in letters) / max(1, len(letters))
+        return StepOutcome(f"Score {score:.2f}.", reward=score, terminated=True, won=score > 0.5, info=self._plan())
+
+
+EXPERT_VOWELS = register_text_env("ExpertVowelTest", _ExpertVowelEnv, max_episode_steps=1)
+
+
+@pytest.mark.slow
+def test_every_rubric_source_runs_end_to_end(tmp_path):
+    """Each arm of the study trains on tiny-random and records its rubric source; the expert arm
+    applies the expert's bundle, the shuffled arm never its own task's, the file arm the file's."""
+    rubrics = tmp_path / "rubrics.yaml"
+    rubrics.write_text("'*': [[Writes a word full of vowels], [Answers with a single word]]\n")
+    base = load_config(
+        None,
+        [
+            "model.name=tiny-random",
+            f"env.id={EXPERT_VOWELS}",
+            "env.kwargs={expert: true}",
+            "rollout.tasks_per_iteration=3",
+            "rollout.group_size=3",
+            "rollout.max_turns=1",
+            "rollout.max_new_tokens=6",
+            "rollout.action_format=last_line",
+            "algo.params={reward: {outcome: return}}",
+            "algo.per_algo={orsd: {min_corr: -1.0, num_bundles: 2, proposal_max_new_tokens: 16, "
+            "delta_scale: normalized, beta: 0.5}}",
+            "train.iterations=1",
+            "eval.every=0",
+            "eval.num_tasks=1",
+            "train.threads=1",
+            "logging.live=false",
+            "logging.tensorboard=false",
+        ],
+    )
+    arms = {"orsd": "policy", "orsd:expert": "expert", "orsd:shuffled": "shuffled"}
+    compare(base, list(arms), [0], tmp_path / "out", live=False)
+    with_file = copy.deepcopy(base)
+    with_file.algo.per_algo["orsd"]["rubric_file"] = str(rubrics)
+    compare(with_file, ["orsd:file"], [0], tmp_path / "out", live=False)
+    arms["orsd:file"] = "file"
+    for arm, source in arms.items():
+        run = tmp_path / "out" / "runs" / f"{arm.replace(':', '-')}-seed0"
+        groups = json.loads((run / "audit" / "iter_000001" / "groups.json").read_text())
+        assert groups and all(g["rubric_source"] == source for g in groups), arm
+        shaped = [g for g in groups if g["selected"] is not None]
+        if source in ("expert", "shuffled", "file"):
+            assert shaped, arm  # every group has mixed rewards (the vowel share varies)
+        if source == "expert":
+            assert all(len(g["bundles"]) == 1 and "aeiou" in " ".join(g["bundles"][0]) for g in shaped)
+            assert all("credit_alignment" in g for g in shaped)
+        if source == "shuffled":
+            assert all(g["lent_from"] and g["lent_from"] != g["task_key"] for g in shaped)
+        if source == "file":
+            assert all(
+                g["bundles"] == [["Writes a word full of vowels"], ["Answers with a single word"]] for g in shaped
+            )

@@ -21,7 +21,12 @@ from orsd_gym.algos.orsd import (
     spearman,
 )
 from orsd_gym.algos.orsd.replay import insert_rubric
-from orsd_gym.algos.orsd.rubrics import proposal_messages
+from orsd_gym.algos.orsd.rubrics import (
+    DEFAULT_OFFLINE_PROPOSAL_TEMPLATE,
+    WORKED_EXAMPLES,
+    proposal_messages,
+    worked_example_for,
+)
 from orsd_gym.rollout.trajectory import Trajectory, TurnSpan
 
 # --------------------------------------------------------------------------- ranks and Spearman
@@ -171,7 +176,11 @@ def test_parse_criteria_limits_inline_lists_and_malformed():
         "Takes the apple from the fridge",
         "Heats it in the microwave",
     ]
-    assert parse_criteria("The agent should look around carefully and think.", 4) == []  # no list: malformed
+    # No list item at all: read line by line, unless plain lines are turned off (the old parser).
+    assert parse_criteria("The agent should look around carefully and think.", 4) == [
+        "The agent should look around carefully and think."
+    ]
+    assert parse_criteria("The agent should look around carefully and think.", 4, plain_lines=False) == []
     assert parse_criteria("", 4) == []
     assert parse_criteria("1.\n2. ok\n-", 4) == []
     with pytest.raises(ValueError):
@@ -247,3 +256,57 @@ def test_a_proposal_cut_by_the_token_limit_loses_its_unfinished_line():
     text = "1. Opens the fridge first\n2. Takes the apple before going to the"
     assert parse_criteria(_complete_lines(Completion([], [], text, "length")), 4) == ["Opens the fridge first"]
     assert len(parse_criteria(_complete_lines(Completion([], [], text, "eos")), 4)) == 2
+
+
+SMALL_MODEL_ANSWER = """Sure! Here are the criteria for the task:
+Criterion: The agent takes the apple 1 from countertop 1.
+**Criterion 2** - Goes to the fridge 1 after taking the apple
+The agent puts the apple in the fridge.
+The agent puts the apple in the fridge.
+Okay.
+done = False
+getResponses
+nyder Conservation regime MR happy
+I hope this helps!"""
+
+
+def test_parse_criteria_reads_plain_lines_and_labels_when_there_is_no_list():
+    assert parse_criteria(SMALL_MODEL_ANSWER, 5) == [
+        "The agent takes the apple 1 from countertop 1.",
+        "Goes to the fridge 1 after taking the apple",
+        "The agent puts the apple in the fridge.",
+    ]
+    assert parse_criteria(SMALL_MODEL_ANSWER, 5, plain_lines=False) == []
+    # Any list item present: only list items count, surrounding sentences are prose.
+    assert parse_criteria("The agent must be fast.\n1. Opens the fridge first", 4) == ["Opens the fridge first"]
+
+
+def test_proposal_prompt_has_a_worked_example_of_another_task_type():
+    def attempt(task_type):
+        trajectory = _traj(["go to sofa 1"], ["start", "You arrive at sofa 1."])
+        trajectory.infos = [{"task_type": task_type}]
+        return trajectory
+
+    messages = proposal_messages("put some pillow on armchair", [attempt("pick_and_place_simple")] * 2, max_criteria=2)
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
+    assert messages[1]["content"].startswith("Task: heat some muffin") and "Attempt B:" in messages[1]["content"]
+    assert messages[2]["content"] == (
+        "1. Takes the muffin 1 from countertop 1 before going anywhere else\n2. Heats the muffin 1 with microwave 1"
+    )
+    # A small model often copies the example: criteria naming the example's object are dropped.
+    assert parse_criteria(messages[2]["content"], 2) == []
+    assert parse_criteria("1. Heats the Muffin 1 first\n2. Takes the pillow 1 from sofa 1", 4) == [
+        "Takes the pillow 1 from sofa 1"
+    ]
+    assert messages[3]["content"].startswith("Task: put some pillow on armchair")
+    heating = proposal_messages("heat some cup", [attempt("pick_heat_then_place_in_recep")], max_criteria=4)
+    assert heating[1]["content"].startswith("Task: put some scarf on bed")
+    offline = proposal_messages(
+        "put a hot cup in cabinet", None, max_criteria=4, template=DEFAULT_OFFLINE_PROPOSAL_TEMPLATE
+    )
+    assert offline[1]["content"].startswith("Task: put some scarf")
+    assert worked_example_for("guess the number", None) is WORKED_EXAMPLES[0]
+    plain = proposal_messages(
+        "put some pillow on armchair", [attempt("pick_and_place_simple")], max_criteria=2, example=False
+    )
+    assert [m["role"] for m in plain] == ["system", "user"]

@@ -20,7 +20,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import gymnasium as gym
 
@@ -35,6 +35,21 @@ MAX_ACTION_CHARS = 2_048
 #: score, "you won") although the episode goes on; rubric writers and verifiers never read it.
 #: The observation after the step that terminated an episode is hidden from them anyway.
 REVEALS_OUTCOME = "reveals_outcome"
+
+
+#: An env's ``expert`` argument: False (no expert), True (the expert's remaining plan in every
+#: info, replanned each step) or "reset" (the plan in the reset info only: one planning call
+#: per episode, for code that needs the plan at the task's start, such as expert rubrics).
+ExpertMode = bool | Literal["reset"]
+EXPERT_MODES = (False, True, "reset")
+EXPERT_ACTIONS = "expert_actions"
+
+
+def check_expert_mode(expert: Any) -> ExpertMode:
+    """``expert`` as given when it is one of `EXPERT_MODES`; raises ValueError otherwise."""
+    if isinstance(expert, bool) or expert == "reset":
+        return expert
+    raise ValueError(f"expert={expert!r}; choose False, True (plan in every info) or 'reset' (plan at reset only)")
 
 
 @dataclass(frozen=True)

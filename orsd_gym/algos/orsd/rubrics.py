@@ -4,13 +4,19 @@ The proposer sees the task and the group's attempts rendered compactly (actions 
 observations). It never sees rewards, success flags or an observation that states the outcome
 (see `render_attempt`): the rubric must be a hypothesis about *process*, and the outcome is only
 used afterwards to select among hypotheses.
+
+Small models (SmolLM2-135M) rarely answer an instruction with a clean numbered list. Two things
+help them: a worked example, one request of the same form for a *different* task type answered
+with a bundle, shown as an earlier chat turn (`WORKED_EXAMPLES`; a different type so that the
+example cannot be copied as the answer), and a parser that also takes what they write instead
+of a list: "Criterion: ..." labels and plain sentences one per line.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from orsd_gym.envs.base import REVEALS_OUTCOME
 from orsd_gym.rollout.trajectory import Trajectory
@@ -46,6 +52,104 @@ _INLINE_NUMBER = re.compile(r"\s(?=\d{1,2}[.)]\s+\S)")
 _MARKUP = re.compile(r"[*_`#]+")
 # "Criterion 2:", or a number left behind a bullet ("- 1: ...").
 _LEADING_LABEL = re.compile(r"^(?:(?:criterion|check|rule)\s*\d*|\d{1,2})\s*[:.)-]\s*", re.IGNORECASE)
+# Code a model writes instead of prose ("done = False", "def f():", "{...}").
+_CODE = re.compile(r"[=;{}]|\(\)|^def\s")
+# A sentence has function words; a run of random or glued-together words ("nyder Conservation
+# regime MR happy", "DELIVERINGANDSECRECHING") has none.
+_FUNCTION_WORD = re.compile(
+    r"\b(?:the|a|an|to|of|in|on|at|from|with|before|after|and|or|not|no|it|its|is|are|does|do|has|by|for|into|"
+    r"then|only|first|each|any|all|every|when|while|until|once)\b",
+    re.IGNORECASE,
+)
+# A plain line that introduces or closes an answer rather than stating a criterion.
+_CHATTER = re.compile(
+    r"^(?:sure|here (?:are|is)|certainly|of course|okay|ok|i hope|hope this|let me|these criteria|"
+    r"(?:the )?criteria|task|attempt [a-z0-9]+)\b",
+    re.IGNORECASE,
+)
+
+
+@dataclass(frozen=True)
+class WorkedExample:
+    """A proposal request answered with a bundle, shown to the proposer before the real one."""
+
+    #: The task type it is an example of (ALFWorld's ``info["task_type"]``).
+    task_type: str
+    task: str
+    #: Attempts as `render_attempt` shows them, one string per attempt.
+    attempts: tuple[str, ...]
+    bundle: tuple[str, ...] = field(default_factory=tuple)
+    #: The object the example is about, chosen outside ALFWorld's object types (a muffin, a
+    #: scarf), so that a criterion naming it is a copy of the example, not about the task at hand
+    #: (the price: a WebShop goal for a scarf loses its criteria that name the scarf).
+    thing: str = ""
+
+
+#: Examples in order of preference; a proposal request gets the first whose task type differs
+#: from the task at hand (the words "heat" / "hot" in a task without attempts count as the
+#: heating type). Short on purpose: every token is paid for in each of the K proposals.
+WORKED_EXAMPLES = (
+    WorkedExample(
+        task_type="pick_heat_then_place_in_recep",
+        task="heat some muffin and put it in diningtable.",
+        attempts=(
+            (
+                "  1. > go to countertop 1\n     You arrive at countertop 1. On the countertop 1, you see a muffin 1.\n"
+                "  2. > take muffin 1 from countertop 1\n     You pick up the muffin 1 from the countertop 1.\n"
+                "  3. > go to microwave 1\n     You arrive at microwave 1. The microwave 1 is closed.\n"
+                "  4. > heat muffin 1 with microwave 1"
+            ),
+            (
+                "  1. > go to diningtable 1\n"
+                "     You arrive at diningtable 1. On the diningtable 1, you see a fork 1.\n"
+                "  2. > look\n     You are facing the diningtable 1.\n"
+                "  3. > go to countertop 1"
+            ),
+        ),
+        bundle=(
+            "Takes the muffin 1 from countertop 1 before going anywhere else",
+            "Heats the muffin 1 with microwave 1",
+            "Puts the muffin 1 in/on diningtable 1 only after heating it",
+            "Does not repeat look or go back and forth between places",
+        ),
+        thing="muffin",
+    ),
+    WorkedExample(
+        task_type="pick_and_place_simple",
+        task="put some scarf on bed.",
+        attempts=(
+            (
+                "  1. > go to desk 1\n     You arrive at desk 1. On the desk 1, you see a scarf 1, and a pen 2.\n"
+                "  2. > take scarf 1 from desk 1\n     You pick up the scarf 1 from the desk 1.\n"
+                "  3. > go to bed 1"
+            ),
+            (
+                "  1. > go to bed 1\n     You arrive at bed 1. On the bed 1, you see a pillow 1.\n"
+                "  2. > take pillow 1 from bed 1\n     You pick up the pillow 1 from the bed 1.\n"
+                "  3. > go to desk 1"
+            ),
+        ),
+        bundle=(
+            "Goes to desk 1, where the scarf 1 is, first",
+            "Takes the scarf 1, not another object",
+            "Goes to bed 1 while holding the scarf 1",
+            "Puts the scarf 1 in/on bed 1",
+        ),
+        thing="scarf",
+    ),
+)
+_EXAMPLE_COPY = re.compile(r"\b(?:" + "|".join(example.thing for example in WORKED_EXAMPLES) + r")\b", re.IGNORECASE)
+_HEATING = re.compile(r"\b(?:heat|hot)\b", re.IGNORECASE)
+
+
+def worked_example_for(task: str, attempts: Sequence[Trajectory] | None) -> WorkedExample:
+    """The first of `WORKED_EXAMPLES` whose task type is not the task's (from the attempts'
+    reset info, or from the task's wording when there are no attempts)."""
+    first_info = attempts[0].infos[0] if attempts and attempts[0].infos else {}
+    task_type = first_info.get("task_type")
+    if task_type is None and _HEATING.search(task):
+        task_type = WORKED_EXAMPLES[0].task_type
+    return next(example for example in WORKED_EXAMPLES if example.task_type != task_type)
 
 
 @dataclass
@@ -56,33 +160,60 @@ class ParseLimits:
     max_chars: int = 200
 
 
-def parse_criteria(text: str, max_criteria: int, limits: ParseLimits | None = None) -> list[str]:
+def parse_criteria(
+    text: str, max_criteria: int, limits: ParseLimits | None = None, *, plain_lines: bool = True
+) -> list[str]:
     """The criteria of one model-written bundle, in order, at most ``max_criteria``.
 
     Accepts numbered, bulleted or lettered lists mixed with extra prose (which is ignored),
     strips markdown and "Criterion 1:" labels, drops items that are too short or too long and
-    duplicates. An empty result means the bundle is malformed.
+    duplicates. With ``plain_lines`` (the default), an answer without any list item is read
+    line by line instead: "Criterion: ..." lines and plain sentences count; lines that only
+    introduce or close the answer ("Sure! Here are ...:", "I hope this helps"), code and runs of
+    words without a single function word (random or glued-together tokens) do not. Either way,
+    a criterion naming a worked example's object (`WorkedExample.thing`) is a copy of the example
+    and is dropped. An empty result means the bundle is malformed.
     """
     if max_criteria < 1:
         raise ValueError(f"max_criteria must be >= 1, got {max_criteria}")
     limits = limits or ParseLimits()
+    items = [
+        match.group("text")
+        for line in text.splitlines()
+        for piece in _INLINE_NUMBER.split(line)
+        if (match := _ITEM.match(piece)) is not None
+    ]
+    if not items and plain_lines:
+        items = [line for line in text.splitlines() if _reads_as_a_sentence(line)]
     criteria: list[str] = []
     seen: set[str] = set()
-    for raw_line in text.splitlines():
-        for piece in _INLINE_NUMBER.split(raw_line):
-            match = _ITEM.match(piece)
-            if match is None:
-                continue
-            item = _clean(match.group("text"))
-            key = item.lower()
-            # A heading ("Scaling:") introduces items, it is not one.
-            if not limits.min_chars <= len(item) <= limits.max_chars or item.endswith(":") or key in seen:
-                continue
-            seen.add(key)
-            criteria.append(item)
-            if len(criteria) == max_criteria:
-                return criteria
+    for raw_item in items:
+        item = _clean(raw_item)
+        key = item.lower()
+        # A heading ("Scaling:") introduces items, it is not one.
+        if (
+            not limits.min_chars <= len(item) <= limits.max_chars
+            or item.endswith(":")
+            or key in seen
+            or _EXAMPLE_COPY.search(item)
+        ):
+            continue
+        seen.add(key)
+        criteria.append(item)
+        if len(criteria) == max_criteria:
+            break
     return criteria
+
+
+def _reads_as_a_sentence(line: str) -> bool:
+    """Whether a plain (unlisted) line can be a criterion: three words or more with a function
+    word, neither code nor a line that introduces or closes the answer."""
+    return (
+        len(line.split()) >= 3
+        and _FUNCTION_WORD.search(line) is not None
+        and not _CODE.search(line)
+        and not _CHATTER.match(_clean(line))
+    )
 
 
 def _clean(item: str) -> str:
@@ -150,22 +281,41 @@ def proposal_messages(
     template: str = DEFAULT_PROPOSAL_TEMPLATE,
     max_obs_chars: int = 160,
     max_steps: int = 30,
+    example: bool = True,
 ) -> list[dict[str, str]]:
-    """Chat messages asking for one rubric bundle; ``attempts=None`` for offline (task-only) rubrics."""
+    """Chat messages asking for one rubric bundle; ``attempts=None`` for offline (task-only) rubrics.
+
+    With ``example`` (the default), the request is preceded by a worked example: the same
+    template filled with `worked_example_for`'s task and attempts as a user turn, answered by
+    its bundle (at most ``max_criteria`` criteria, as a numbered list) as an assistant turn.
+    """
     attempts = list(attempts or [])
-    rendered = "\n\n".join(
-        f"Attempt {letter}:\n{render_attempt(t, max_obs_chars=max_obs_chars, max_steps=max_steps)}"
-        for letter, t in zip(_labels(len(attempts)), attempts, strict=True)
+    rendered = [render_attempt(t, max_obs_chars=max_obs_chars, max_steps=max_steps) for t in attempts]
+    messages = [{"role": "system", "content": system}] if system else []
+    if example:
+        shown = worked_example_for(task, attempts)
+        answer = "\n".join(f"{n}. {criterion}" for n, criterion in enumerate(shown.bundle[:max_criteria], start=1))
+        messages += [
+            {"role": "user", "content": _request(template, shown.task, shown.attempts, max_criteria)},
+            {"role": "assistant", "content": answer},
+        ]
+    return messages + [{"role": "user", "content": _request(template, task, rendered, max_criteria)}]
+
+
+def _request(template: str, task: str, rendered_attempts: Sequence[str], max_criteria: int) -> str:
+    attempts = "\n\n".join(
+        f"Attempt {letter}:\n{text}"
+        for letter, text in zip(_labels(len(rendered_attempts)), rendered_attempts, strict=True)
     )
     try:
-        user = template.format(task=task, attempts=rendered, num_attempts=len(attempts), max_criteria=max_criteria)
+        return template.format(
+            task=task, attempts=attempts, num_attempts=len(rendered_attempts), max_criteria=max_criteria
+        )
     except (KeyError, IndexError) as error:
         raise ValueError(
             f"rubric proposal template has an unknown placeholder {error}; use {{task}}, {{attempts}}, "
             "{num_attempts}, {max_criteria}"
         ) from None
-    messages = [{"role": "system", "content": system}] if system else []
-    return messages + [{"role": "user", "content": user}]
 
 
 def _labels(n: int) -> list[str]:

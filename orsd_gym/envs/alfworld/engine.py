@@ -12,7 +12,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from orsd_gym.envs.base import ExpertMode, check_expert_mode
 from orsd_gym.errors import EngineError
+
+INVALID_FEEDBACK = "Nothing happens."
+
 
 INVALID_FEEDBACK = "Nothing happens."
 
@@ -25,7 +29,8 @@ class EngineState:
     admissible_actions: list[str]
     won: bool
     is_valid_action: bool = True
-    #: The planner's plan from this state (only when the engine was made with ``expert=True``).
+    #: The planner's plan from this state (engines made with ``expert=True``; with
+    #: ``expert="reset"`` only after a reset).
     expert_actions: list[str] | None = field(default=None)
 
 
@@ -43,18 +48,18 @@ def _argv_preserved() -> Iterator[None]:
 # TextWorld's PddlEnv copies and dlopens Fast Downward's library on construction and never
 # unloads it (unloading and reloading it crashes the process), so every PddlEnv made is memory
 # kept for good. Closed engines park their PddlEnv here and new engines take one, which bounds
-# the library copies by the number of engines open at once.
+# the library copies by the number of engines open at once. Keyed by whether it can plan.
 _IDLE_PDDL_ENVS: dict[bool, list[Any]] = {False: [], True: []}
 
 
-def _take_pddl_env(expert: bool):
-    if _IDLE_PDDL_ENVS[expert]:
-        return _IDLE_PDDL_ENVS[expert].pop()
+def _take_pddl_env(plans: bool):
+    if _IDLE_PDDL_ENVS[plans]:
+        return _IDLE_PDDL_ENVS[plans].pop()
     import textworld
     from alfworld.agents.environment.alfred_tw_env import AlfredDemangler
     from textworld.envs.pddl import PddlEnv
 
-    infos = textworld.EnvInfos(won=True, admissible_commands=True, policy_commands=expert)
+    infos = textworld.EnvInfos(won=True, admissible_commands=True, policy_commands=plans)
     with _argv_preserved():
         return AlfredDemangler(PddlEnv(infos), shuffle=False)
 
@@ -63,11 +68,13 @@ class PddlGameEngine:
     """Plays TextWorld PDDL games (``*.tw-pddl``) one at a time.
 
     Loading the same game again only resets it (GRPO groups replay one task many times).
+    ``expert``: True plans after the reset and every action, "reset" after the reset only (the
+    planner is the slow part of a step on big rooms), False never.
     """
 
-    def __init__(self, *, expert: bool = False) -> None:
-        self.expert = expert
-        self._env = _take_pddl_env(expert)
+    def __init__(self, *, expert: ExpertMode = False) -> None:
+        self.expert = check_expert_mode(expert)
+        self._env = _take_pddl_env(self._plans)
         self._loaded: str | None = None
         self._state: EngineState | None = None
 
@@ -85,6 +92,7 @@ class PddlGameEngine:
                     self._loaded = None
                     self._env.load(game_file)
                     self._loaded = game_file
+                self._plan_next_call(True)
                 raw = self._env.reset()
         except (OSError, ValueError, KeyError) as error:
             raise EngineError(f"could not load ALFWorld game {game_file!r}: {error}") from error
@@ -107,6 +115,7 @@ class PddlGameEngine:
                 expert_actions=None if self._state.expert_actions is None else list(self._state.expert_actions),
             )
         with _argv_preserved():
+            self._plan_next_call(self.expert is True)
             raw, _, _ = self._env.step(command)
         self._state = self._convert(raw, is_valid=True)
         return self._state
@@ -114,13 +123,23 @@ class PddlGameEngine:
     def close(self) -> None:
         """Hand the engine's PddlEnv (and its library copy) to the next engine made."""
         if self._env is not None:
-            _IDLE_PDDL_ENVS[self.expert].append(self._env)
+            _IDLE_PDDL_ENVS[self._plans].append(self._env)
             self._env = None
         self._loaded = None
         self._state = None
 
+    @property
+    def _plans(self) -> bool:
+        return self.expert is not False
+
+    def _plan_next_call(self, plan: bool) -> None:
+        # TextWorld replans in every reset/step whose requested infos include policy_commands;
+        # the request is read per call, so "reset" mode turns it off for steps.
+        if self._plans:
+            self._env.request_infos.policy_commands = plan
+
     def _convert(self, raw, *, is_valid: bool) -> EngineState:
-        plan = list(raw["policy_commands"]) if self.expert else None
+        plan = list(raw["policy_commands"]) if "policy_commands" in raw else None
         return EngineState(
             str(raw["feedback"]),
             list(raw["admissible_commands"]),

@@ -13,7 +13,14 @@ from orsd_gym.envs.alfworld.pool import GeneratedTaskPool
 from orsd_gym.envs.alfworld.tasks import ALFWorldTask, normalize_task_types
 from orsd_gym.envs.alfworld.text import clean_observation
 from orsd_gym.envs.alfworld.worker import RecyclingEngine
-from orsd_gym.envs.base import StepOutcome, TaskSplits, TextEnv
+from orsd_gym.envs.base import (
+    EXPERT_ACTIONS,
+    ExpertMode,
+    StepOutcome,
+    TaskSplits,
+    TextEnv,
+    check_expert_mode,
+)
 from orsd_gym.errors import TaskSplitError, UnknownSplitError
 
 GENERATED_SPLITS = ("generated", "generated_eval")
@@ -31,8 +38,11 @@ class ALFWorldEnv(TextEnv):
             official split ("train", "valid_seen", "valid_unseen") read from ``data_dir``.
         data_dir: root of the official data (default ``$ALFWORLD_DATA``).
         task_types: subset of the six task types (default all).
-        expert: put the planner's plan from the current state in ``info["expert_actions"]``
-            (the planner replans every step: for tests, debugging and behaviour cloning).
+        expert: True puts the planner's plan from the current state in ``info["expert_actions"]``
+            (the planner replans every step: for tests, debugging and behaviour cloning);
+            "reset" plans once per episode and puts the plan in the reset info only (for code
+            that needs the plan at the task's start, e.g. expert rubrics; a step then costs
+            what it costs without an expert); False never plans.
         raw: keep the engine's text as is (welcome banner, "You arrive at loc N. ").
         generator: `GeneratorConfig` or dict of its fields (generated splits only).
         cache_dir: where generated games are cached (default ``$ORSD_GYM_CACHE`` or
@@ -47,7 +57,7 @@ class ALFWorldEnv(TextEnv):
         split: str = "generated",
         data_dir: str | os.PathLike | None = None,
         task_types: Iterable[str] | str | None = None,
-        expert: bool = False,
+        expert: ExpertMode = False,
         raw: bool = False,
         generator: GeneratorConfig | dict[str, Any] | None = None,
         cache_dir: str | os.PathLike | None = None,
@@ -59,7 +69,7 @@ class ALFWorldEnv(TextEnv):
             raise UnknownSplitError(f"split={split!r}; choose one of {SPLITS}")
         self.split = split
         self.task_types = normalize_task_types(task_types)
-        self.expert = bool(expert)
+        self.expert = check_expert_mode(expert)
         self.raw = bool(raw)
         if split in GENERATED_SPLITS:
             self.generator = GeneratorConfig.from_value(generator)
@@ -93,7 +103,7 @@ class ALFWorldEnv(TextEnv):
                 self._engine = RecyclingEngine(expert=self.expert, recycle_after=self.recycle_after)
         task = self._tasks[task_id]
         self._state = self._engine.reset(task.game_file)
-        return self._text(self._state.feedback), self._extra(task)
+        return self._text(self._state.feedback), self._extra(task, with_plan=bool(self.expert))
 
     def _play(self, action: str) -> StepOutcome:
         assert self._engine is not None and self._task_id is not None
@@ -105,7 +115,7 @@ class ALFWorldEnv(TextEnv):
             terminated=won,
             won=won,
             is_valid_action=self._state.is_valid_action,
-            info=self._extra(self._tasks[self._task_id]),
+            info=self._extra(self._tasks[self._task_id], with_plan=self.expert is True),
         )
 
     def admissible_actions(self) -> list[str]:
@@ -145,13 +155,13 @@ class ALFWorldEnv(TextEnv):
     def _text(self, feedback: str) -> str:
         return feedback if self.raw else clean_observation(feedback)
 
-    def _extra(self, task: ALFWorldTask) -> dict[str, Any]:
+    def _extra(self, task: ALFWorldTask, *, with_plan: bool) -> dict[str, Any]:
         assert self._state is not None
         extra: dict[str, Any] = {
             "task_type": task.task_type,
             "game_file": task.game_file,
             "admissible_actions": list(self._state.admissible_actions),
         }
-        if self.expert:
-            extra["expert_actions"] = list(self._state.expert_actions or [])
+        if with_plan:
+            extra[EXPERT_ACTIONS] = list(self._state.expert_actions or [])
         return extra

@@ -19,16 +19,17 @@ import sys
 from dataclasses import asdict
 
 from orsd_gym.envs.alfworld.engine import EngineState, PddlGameEngine
+from orsd_gym.envs.base import ExpertMode, check_expert_mode
 from orsd_gym.errors import EngineError
 
 
 class RecyclingEngine:
     """`PddlGameEngine` in a child process, recycled every ``recycle_after`` new-game loads."""
 
-    def __init__(self, *, expert: bool = False, recycle_after: int = 200) -> None:
+    def __init__(self, *, expert: ExpertMode = False, recycle_after: int = 200) -> None:
         if not isinstance(recycle_after, int) or recycle_after < 1:
             raise ValueError(f"recycle_after must be an int >= 1, got {recycle_after!r}")
-        self.expert = expert
+        self.expert = check_expert_mode(expert)
         self.recycle_after = recycle_after
         self._child: subprocess.Popen | None = None
         self._loads = 0
@@ -52,7 +53,7 @@ class RecyclingEngine:
         self._loaded = None
 
     def _start(self) -> subprocess.Popen:
-        args = [sys.executable, "-m", "orsd_gym.envs.alfworld.worker"] + (["--expert"] if self.expert else [])
+        args = [sys.executable, "-m", "orsd_gym.envs.alfworld.worker", json.dumps(self.expert)]
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         return subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
 
@@ -91,7 +92,7 @@ class RecyclingEngine:
         self._stop()
 
 
-def _serve(expert: bool) -> None:
+def _serve(expert: ExpertMode) -> None:
     # Keep the protocol stream private: anything the engine prints goes to stderr.
     protocol = os.fdopen(os.dup(sys.stdout.fileno()), "w")
     sys.stdout = sys.stderr
@@ -111,4 +112,4 @@ def _serve(expert: bool) -> None:
 
 
 if __name__ == "__main__":
-    _serve("--expert" in sys.argv[1:])
+    _serve(check_expert_mode(json.loads(sys.argv[1])))

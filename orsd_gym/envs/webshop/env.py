@@ -8,8 +8,16 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from orsd_gym.envs.base import StepOutcome, TaskSplits, TextEnv
+from orsd_gym.envs.base import (
+    EXPERT_ACTIONS,
+    ExpertMode,
+    StepOutcome,
+    TaskSplits,
+    TextEnv,
+    check_expert_mode,
+)
 from orsd_gym.envs.webshop.data import Catalog, build_catalog, load_catalog, resolve_data_dir
+from orsd_gym.envs.webshop.expert import WebShopExpert
 from orsd_gym.envs.webshop.goals import SPLITS, TEST_GOALS, build_goals, split_goals, validate_goal
 from orsd_gym.envs.webshop.pages import OBSERVATION_MODES
 from orsd_gym.envs.webshop.reward import DEFAULT_OPTION_MATCHING, OPTION_MATCHING, check_pos_tagger
@@ -68,6 +76,9 @@ class WebShopEnv(TextEnv):
             ``"pairs"`` (the benchmark's reward: each goal option as its (name, value) pair, so
             e.g. colour "black2070" is not matched by the chosen "black2070") or ``"values"``
             (the goal's values alone). ``info["reward_details"]["option_matching"]`` says which.
+        expert: True puts the privileged expert's remaining path to the goal product in
+            ``info["expert_actions"]`` (replanned from the current page every step; see
+            `orsd_gym.envs.webshop.expert`), "reset" only in the reset info, False nowhere.
     """
 
     def __init__(
@@ -80,6 +91,7 @@ class WebShopEnv(TextEnv):
         catalog_seed: int = 0,
         synthetic_products: int = DEFAULT_SYNTHETIC_PRODUCTS,
         option_matching: str = DEFAULT_OPTION_MATCHING,
+        expert: ExpertMode = False,
         render_mode: str | None = None,
     ) -> None:
         super().__init__(render_mode=render_mode)
@@ -97,6 +109,7 @@ class WebShopEnv(TextEnv):
         self.goal_split = goal_split
         self.human_goals = bool(human_goals)
         self.option_matching = option_matching
+        self.expert = check_expert_mode(expert)
         self.shop_data = load_shop_data(
             None if resolved is None else str(resolved.resolve()),
             catalog_size,
@@ -106,6 +119,7 @@ class WebShopEnv(TextEnv):
         )
         self._goals = split_goals(self.shop_data.goals, goal_split)
         self._session: ShopSession | None = None
+        self._expert: WebShopExpert | None = None
         self._custom_goal: dict[str, Any] | None = None
 
     # ------------------------------------------------------------------ data views
@@ -193,7 +207,11 @@ class WebShopEnv(TextEnv):
 
     def _start_goal(self, goal: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         self._session = ShopSession(self.shop_data.catalog, self.shop_data.engine, goal, self.option_matching)
-        return self._session.observation(self.observation_mode), self._page_info(score=0.0)
+        info = self._page_info(score=0.0)
+        if self.expert:
+            self._expert = WebShopExpert(self.shop_data.engine, goal)
+            info[EXPERT_ACTIONS] = self._expert.plan(self._session)
+        return self._session.observation(self.observation_mode), info
 
     # ------------------------------------------------------------------ steps
     def admissible_actions(self) -> list[str]:
@@ -209,6 +227,9 @@ class WebShopEnv(TextEnv):
             info["feedback"] = result.feedback
         if result.done:
             info["reward_details"] = result.details
+        if self.expert is True:
+            assert self._expert is not None
+            info[EXPERT_ACTIONS] = self._expert.plan(self.session)
         # Invalid actions leave the page (and so the observation) as it was, as in the benchmark.
         return StepOutcome(
             observation=self.session.observation(self.observation_mode),
