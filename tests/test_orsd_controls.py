@@ -9,6 +9,7 @@ import math
 
 import numpy as np
 import pytest
+import torch
 from algos_helpers import make_group
 
 from orsd_gym.algos.base import make_algorithm
@@ -171,3 +172,28 @@ def test_every_rubric_source_runs_end_to_end(tmp_path):
             assert all(
                 g["bundles"] == [["Writes a word full of vowels"], ["Answers with a single word"]] for g in shaped
             )
+
+
+def test_turn_placement_restates_the_rubric_next_to_every_model_turn(policy):
+    from orsd_gym.algos.orsd.replay import DEFAULT_RUBRIC_TEMPLATE, _privileged, replay_deltas
+    from orsd_gym.policies.base import SamplingParams
+    from orsd_gym.rollout import RolloutOptions, TaskSpec, collect
+
+    (trajectory,) = collect(
+        "orsd_gym/GuessNumber-v0",
+        policy,
+        [TaskSpec(0, 7)],
+        group_size=1,
+        sampling=SamplingParams(max_new_tokens=6, seed=1),
+        options=RolloutOptions(max_turns=3, action_format="last_line"),
+    )
+    env_turns = sum(span.kind == "env" for span in trajectory.spans)
+    assert env_turns == 2 and len(trajectory.observation_messages) >= env_turns
+    tokens, mask, (old, new) = _privileged(policy, trajectory, "- Reads the hint", "turn", DEFAULT_RUBRIC_TEMPLATE)
+    text = policy.tokenizer.decode(tokens)
+    assert text.count("Reads the hint") == 1 + env_turns  # first user message and every bridge
+    assert [tokens[n] for n in new] == [trajectory.token_ids[o] for o in old]  # the sampled tokens, unchanged
+    assert old == [t for t, m in enumerate(trajectory.loss_mask) if m] and sum(mask) == len(old)
+    (delta,) = replay_deltas(policy, [trajectory], ["- Reads the hint"], placement="turn")
+    sampled = torch.as_tensor(trajectory.loss_mask, dtype=torch.bool)
+    assert delta[~sampled].abs().max() == 0 and delta[sampled].abs().max() > 0

@@ -67,6 +67,7 @@ class _Episode:
     actions: list[str] = field(default_factory=list)
     model_turns: list[str] = field(default_factory=list)
     format_valid: list[bool] = field(default_factory=list)
+    observation_messages: list[str] = field(default_factory=list)
     finish_reasons: list[str] = field(default_factory=list)
     terminated: bool = False
     truncated: bool = False
@@ -324,6 +325,7 @@ class _Rollout:
             episode.truncated, episode.cut_by = True, "max_turns"
         if not episode.finished:
             message = prompts.observation_message(self.prompt, observation, info)
+            episode.observation_messages.append(message)
             episode.builder.add_observation(message, action=episode.actions[-1], observation=observation, info=info)
 
 
@@ -359,6 +361,7 @@ def _to_trajectories(episode: _Episode, env_id: str, layout: str) -> list[Trajec
                 terminated=episode.terminated,
                 truncated=episode.truncated,
                 format_valid=list(episode.format_valid),
+                observation_messages=list(episode.observation_messages) if layout == "sequence" else [],
                 extra=extra,
             )
         )

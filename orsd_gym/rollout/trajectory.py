@@ -65,6 +65,9 @@ class Trajectory:
     truncated: bool = False
     #: True for each model turn whose action could be parsed.
     format_valid: list[bool] = field(default_factory=list)
+    #: The user turn the model was shown after each of its turns (the observation with the
+    #: env prompt's additions), in the order of the trajectory's env spans (sequence layout).
+    observation_messages: list[str] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

@@ -15,19 +15,23 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import get_args
+from typing import Any, get_args
 
 from rich.console import Console
 
 from orsd_gym import configio
 from orsd_gym.algos.orsd.sources import RubricSource
 from orsd_gym.errors import UsageError
+from orsd_gym.train.baseline_runs import run_baseline
 from orsd_gym.train.checkpoint import list_checkpoints
 from orsd_gym.train.config import Config, resolve_algo
 from orsd_gym.train.metrics import read_metrics
 from orsd_gym.train.report import write_report
 from orsd_gym.train.trainer import Trainer
 from orsd_gym.train.validation import validate_settings
+
+#: The stable-baselines3 algorithms a comparison arm can name (``sb3:<name>``).
+SB3_BASELINES = ("maskable_ppo", "ppo", "dqn")
 
 
 @dataclass
@@ -44,23 +48,30 @@ class RunResult:
 
 @dataclass(frozen=True)
 class Arm:
-    """One arm of a comparison: ``"grpo"``, ``"orsd"``, or ``"orsd:<rubric_source>"`` (the ORSD
-    controls: ``orsd:expert``, ``orsd:shuffled``, ``orsd:file``)."""
+    """One arm of a comparison: an algorithm (``"grpo"``, ``"orsd"``), an ORSD control
+    (``"orsd:<rubric_source>"``: ``orsd:expert``, ``orsd:shuffled``, ``orsd:file``), or a
+    classic-RL baseline (``"sb3:maskable_ppo"``, ``"sb3:ppo"``, ``"sb3:dqn"``, ``"random"``)."""
 
     label: str
     algo: str
     params: dict[str, str]
+    #: The baseline algorithm of a classic-RL arm (None: an LLM arm the trainer runs).
+    baseline: str | None = None
 
     @classmethod
     def parse(cls, text: str) -> Arm:
-        algo, _, variant = text.strip().partition(":")
+        text = text.strip()
+        algo, _, variant = text.partition(":")
+        if text == "random" or (algo == "sb3" and variant in SB3_BASELINES):
+            return cls(text, algo, {}, baseline=variant or text)
         if not variant:
-            return cls(algo, algo, {})
+            return cls(text, algo, {})
         if algo != "orsd" or variant not in get_args(RubricSource):
             raise UsageError(
-                f"arm {text!r}: a variant is an ORSD rubric source (orsd:{'|'.join(get_args(RubricSource))})"
+                f"arm {text!r}: a variant is an ORSD rubric source (orsd:{'|'.join(get_args(RubricSource))}) "
+                f"or a baseline (sb3:{'|'.join(SB3_BASELINES)}, random)"
             )
-        return cls(text.strip(), algo, {"rubric_source": variant})
+        return cls(text, algo, {"rubric_source": variant})
 
     @property
     def slug(self) -> str:
@@ -71,14 +82,16 @@ class Arm:
 def run_config(base: Config, arm: Arm, seed: int, out_dir: Path) -> Config:
     """The config of one (arm, seed) run of a comparison."""
     config = copy.deepcopy(base)
-    config.algo.name = arm.algo
-    config.algo.per_algo[arm.algo] = {**config.algo.per_algo.get(arm.algo, {}), **arm.params}
+    if arm.baseline is None:
+        config.algo.name = arm.algo
+        config.algo.per_algo[arm.algo] = {**config.algo.per_algo.get(arm.algo, {}), **arm.params}
     config.train.seed = seed
     config.train.output_dir = str(out_dir / "runs" / f"{arm.slug}-seed{seed}")
     if config.warm_start.episodes > 0 and not config.warm_start.path:
         # One warm start per seed, shared by every algorithm: same initial weights.
         config.warm_start.path = str(out_dir / "warm_start" / f"seed{seed}.safetensors")
-    validate_settings(config, resolve_algo(config))  # fail before any run starts if a setting is bad
+    if arm.baseline is None:
+        validate_settings(config, resolve_algo(config))  # fail before any run starts if a setting is bad
     return config
 
 
@@ -101,24 +114,41 @@ def compare(
     """
     out_dir = Path(out_dir)
     console = console or Console()
-    parsed = [Arm.parse(text) for text in arms]
-    configs = [(arm.label, seed, run_config(base, arm, seed, out_dir)) for seed in seeds for arm in parsed]
+    # Per seed the LLM arms run first: a baseline gets the environment steps they used.
+    parsed = sorted((Arm.parse(text) for text in arms), key=lambda arm: arm.baseline is not None)
+    configs = [(arm, seed, run_config(base, arm, seed, out_dir)) for seed in seeds for arm in parsed]
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "compare_config.yaml").write_text(
         json.dumps({"arms": arms, "seeds": seeds, "base": configio.to_dict(base)}, indent=1)
     )
-    results = []
-    for algo, seed, config in configs:
+    results: list[RunResult] = []
+    for arm, seed, config in configs:
         run_dir = Path(config.train.output_dir)
         started = time.perf_counter()
-        reuse = resume and bool(list_checkpoints(run_dir / "checkpoints"))
-        summary = Trainer(config, resume=reuse, overwrite=not reuse, live=live, console=console).run()
-        results.append(_read_run(algo, seed, run_dir))
-        console.print(_run_line(algo, seed, summary.final_eval, time.perf_counter() - started), highlight=False)
+        if arm.baseline is None:
+            reuse = resume and bool(list_checkpoints(run_dir / "checkpoints"))
+            Trainer(config, resume=reuse, overwrite=not reuse, live=live, console=console).run()
+        else:
+            run_baseline(
+                config, arm.baseline, run_dir, _env_step_budget(config, [r for r in results if r.seed == seed])
+            )
+        results.append(_read_run(arm.label, seed, run_dir))
+        final = results[-1].evals[-1] if results[-1].evals else None
+        console.print(_run_line(arm.label, seed, final, time.perf_counter() - started), highlight=False)
     return write_report(out_dir, base, results)
 
 
-def _run_line(algo: str, seed: int, final_eval: dict[str, float] | None, seconds: float) -> str:
+def _env_step_budget(config: Config, same_seed: list[RunResult]) -> int:
+    """A baseline's environment steps: the most any LLM arm of its seed used (what their runs
+    actually played), else the plan's upper bound (episodes x turn limit)."""
+    used = [int(r.metrics[-1]["env_steps"]) for r in same_seed if r.metrics and "env_steps" in r.metrics[-1]]
+    if used:
+        return max(used)
+    rollout = config.rollout
+    return config.train.iterations * rollout.tasks_per_iteration * rollout.group_size * (rollout.max_turns or 50)
+
+
+def _run_line(algo: str, seed: int, final_eval: dict[str, Any] | None, seconds: float) -> str:
     """The one line a comparison prints per finished run."""
     success = f"final eval success {final_eval['eval/success_rate']:.3f}" if final_eval else "no evaluation"
     return f"run {algo}-seed{seed} done: {success} ({seconds / 60:.1f} min)"

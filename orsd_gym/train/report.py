@@ -111,6 +111,8 @@ def summarise(results: list[Any]) -> dict[str, Any]:
                 "orsd_rubric_frac": _mean_metric(r.metrics, "orsd/rubric_frac"),
                 "orsd_abs_delta_mean": _mean_metric(r.metrics, "orsd/abs_delta_mean"),
                 "credit_alignment": _mean_metric(r.metrics, "orsd/credit_alignment"),
+                # A classic-RL baseline's run has no training iterations (see `orsd_gym.train.baseline_runs`).
+                "baseline_env_steps_per_second": _mean_metric(r.metrics, "baseline/env_steps_per_second"),
                 "zero_adv_group_frac": _mean_metric(r.metrics, "algo/zero_adv_group_frac"),
                 "mixed_group_frac": _mixed_group_frac(r.metrics),
                 "train_success_rate": _mean_metric(r.metrics, "train/success_rate"),
@@ -332,6 +334,17 @@ def write_report(out_dir: str | Path, base_config: Any, results: list[Any]) -> P
             "Credit alignment (mean delta on tokens of actions that agree with the expert's next action minus "
             "on other actions; what tells a right rubric from extra text): " + ", ".join(aligned) + "."
         )
+    speeds = [
+        f"{name}: {run['baseline_env_steps_per_second']:.0f}"
+        for name, run in summary["runs"].items()
+        if run.get("baseline_env_steps_per_second") is not None
+    ]
+    if speeds:
+        lines.append(
+            "Classic-RL baselines train on the same training tasks for as many environment steps as the LLM arms "
+            "of their seed used, and are evaluated greedily on the same held-out tasks; their training speed "
+            "(env steps/s): " + ", ".join(speeds) + "."
+        )
     if any(":expert" in algo for algo in summary["algos"]):
         lines.append(
             "`orsd:expert` is a positive control: its rubrics restate the env's expert plan, privileged "
@@ -360,7 +373,14 @@ def _task_lines(summary: dict[str, Any], cfg: dict[str, Any]) -> list[str]:
     if not tasks:
         return []
     held_out = "held-out" if tasks["eval_on"] == "held_out" else "training (not held out)"
-    evaluated = sorted({point["iteration"] for run in summary["runs"].values() for point in run["curve"]})
+    evaluated = sorted(
+        {
+            point["iteration"]
+            for run in summary["runs"].values()
+            if run.get("baseline_env_steps_per_second") is None
+            for point in run["curve"]
+        }
+    )
     lines = [
         f"- evaluation: {tasks['eval_tasks']} {held_out} tasks ({tasks['eval_distinct']} distinct), env kwargs "
         f"`{json.dumps(tasks['eval_kwargs'])}`, temperature {cfg['eval']['temperature']}, after iterations "

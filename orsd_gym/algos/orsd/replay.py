@@ -23,10 +23,10 @@ from typing import Literal
 import torch
 
 from orsd_gym.errors import ReplayError
-from orsd_gym.policies.base import Policy
+from orsd_gym.policies.base import Completion, FinishReason, Policy
 from orsd_gym.rollout.trajectory import Trajectory
 
-Placement = Literal["system", "user"]
+Placement = Literal["system", "user", "turn"]
 DeltaBaseline = Literal["rollout", "rescore"]
 
 DEFAULT_RUBRIC_TEMPLATE = "Guidance for this task. A good attempt satisfies these criteria:\n{rubric}"
@@ -48,7 +48,7 @@ def insert_rubric(
     if not rubric.strip():
         return out
     if placement not in ("system", "user"):
-        raise ValueError(f"rubric placement must be 'system' or 'user', got {placement!r}")
+        raise ValueError(f"rubric placement must be 'system' or 'user' here, got {placement!r}")
     try:
         block = template.format(rubric=rubric)
     except (KeyError, IndexError) as error:
@@ -98,35 +98,93 @@ def replay_deltas(
     sequences, masks, plan = [], [], []
     for index, (trajectory, rubric) in enumerate(zip(trajectories, rubrics, strict=True)):
         end = prompt_end(trajectory)
-        original = trajectory.token_ids[:end]
-        if policy.chat.prompt_tokens(trajectory.prompt_messages) != original:
+        if policy.chat.prompt_tokens(trajectory.prompt_messages) != trajectory.token_ids[:end]:
             raise ReplayError(
                 f"trajectory (group {trajectory.group_id}): its prompt span is not the chat rendering of its "
                 "prompt_messages, so the rubric cannot be inserted faithfully; was it collected with another tokenizer?"
             )
-        messages = insert_rubric(trajectory.prompt_messages, rubric, placement=placement, template=template)
-        new_prompt = policy.chat.prompt_tokens(messages)
-        if new_prompt == original and not force_score:
+        tokens, mask, positions = _privileged(policy, trajectory, rubric, placement, template)
+        if tokens == trajectory.token_ids and not force_score:
             continue
-        sequences.append(new_prompt + list(trajectory.token_ids[end:]))
-        masks.append([0] * len(new_prompt) + list(trajectory.loss_mask[end:]))
-        plan.append((index, end, len(new_prompt)))
+        sequences.append(tokens)
+        masks.append(mask)
+        plan.append((index, positions))
     if not sequences:
         return deltas
     with torch.no_grad():
         scored = policy.score(sequences, masks, temperature=temperature)
         if baseline == "rescore":
-            originals = [trajectories[index] for index, _, _ in plan]
+            originals = [trajectories[index] for index, _ in plan]
             rescored = policy.score(
                 [t.token_ids for t in originals], [t.loss_mask for t in originals], temperature=temperature
             )
-    for k, ((index, end, new_end), with_rubric) in enumerate(zip(plan, scored, strict=True)):
+    for k, ((index, positions), with_rubric) in enumerate(zip(plan, scored, strict=True)):
         trajectory = trajectories[index]
-        mask = torch.as_tensor(trajectory.loss_mask[end:], dtype=torch.float32)
+        old_at, new_at = (
+            torch.as_tensor(positions[0], dtype=torch.long),
+            torch.as_tensor(positions[1], dtype=torch.long),
+        )
         if baseline == "rescore":
-            old = rescored[k][end:].detach().float().cpu()
+            old = rescored[k].detach().float().cpu()[old_at]
         else:
-            old = torch.as_tensor(trajectory.logprobs[end:], dtype=torch.float32)
-        new = with_rubric[new_end:].detach().float().cpu()
-        deltas[index][end:] = (new - old) * mask
+            old = torch.as_tensor(trajectory.logprobs, dtype=torch.float32)[old_at]
+        deltas[index][old_at] = with_rubric.detach().float().cpu()[new_at] - old
     return deltas
+
+
+def _privileged(
+    policy: Policy, trajectory: Trajectory, rubric: str, placement: Placement, template: str
+) -> tuple[list[int], list[int], tuple[list[int], list[int]]]:
+    """The sequence replayed with the rubric, its loss mask, and where each sampled token of the
+    original sequence sits in it (original positions, privileged positions).
+
+    "system" / "user": the rubric block joins that message of the prompt, everything after the
+    prompt is unchanged. "turn": it joins the first user message and is restated in every later
+    user turn (the env bridges are rebuilt from `Trajectory.observation_messages`), so it sits
+    next to every model turn; only the replayed sequence changes, never what was sampled.
+    """
+    end = prompt_end(trajectory)
+    messages = insert_rubric(
+        trajectory.prompt_messages, rubric, placement="user" if placement == "turn" else placement, template=template
+    )
+    tokens = policy.chat.prompt_tokens(messages)
+    if placement != "turn" or not rubric.strip():
+        offset = len(tokens) - end
+        tail = range(end, len(trajectory.token_ids))
+        sampled = [t for t in tail if trajectory.loss_mask[t]]
+        return (
+            tokens + list(trajectory.token_ids[end:]),
+            [0] * len(tokens) + list(trajectory.loss_mask[end:]),
+            (sampled, [t + offset for t in sampled]),
+        )
+    block = template.format(rubric=rubric)
+    mask = [0] * len(tokens)
+    old_positions: list[int] = []
+    new_positions: list[int] = []
+    turn = env_turn = 0
+    for span in trajectory.spans[1:]:
+        if span.kind == "model":
+            for t in range(span.start, span.end):
+                old_positions.append(t)
+                new_positions.append(len(tokens))
+                tokens.append(trajectory.token_ids[t])
+                mask.append(trajectory.loss_mask[t])
+            previous = Completion(trajectory.token_ids[span.start : span.end], [], "", _finish(trajectory, turn))
+            turn += 1
+        else:
+            if env_turn >= len(trajectory.observation_messages):
+                raise ReplayError(
+                    f"trajectory (group {trajectory.group_id}) has no observation_messages to restate the rubric "
+                    "in; rubric_placement 'turn' needs sequence-layout trajectories from this version's collector"
+                )
+            message = f"{trajectory.observation_messages[env_turn]}\n\n{block}"
+            bridge = policy.chat.bridge_tokens(message, previous)
+            tokens += bridge
+            mask += [0] * len(bridge)
+            env_turn += 1
+    return tokens, mask, (old_positions, new_positions)
+
+
+def _finish(trajectory: Trajectory, turn: int) -> FinishReason:
+    reasons = trajectory.extra.get("finish_reasons") or []
+    return reasons[turn] if turn < len(reasons) else "length"

@@ -1,0 +1,59 @@
+"""A classic-RL arm of a comparison (``sb3:maskable_ppo``, ``sb3:ppo``, ``sb3:dqn``, ``random``).
+
+It plays the same task plan as the LLM arms of its seed (the training tasks of every
+iteration, the same held-out tasks) under the same environment-step budget, through
+`orsd_gym.baselines.train_baseline`, and leaves a run directory the report reads like a
+trainer's: ``config.yaml``, ``task_plan.json`` and ``eval.jsonl`` (one record per evaluation,
+``iteration`` counting evaluations, ``env_steps`` the training steps before it), plus the
+baseline's own ``result.json`` and ``model.zip``. A run directory of the same settings and
+budget is reused; any other is replaced (a baseline trains in minutes).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import yaml
+
+from orsd_gym.train.config import Config, run_record
+from orsd_gym.train.plan import build_task_plan, merge_kwargs
+
+#: Held-out evaluations over a baseline's training (its curve's points, besides step 0).
+EVALUATIONS = 5
+
+
+def run_baseline(config: Config, algo: str, run_dir: Path, env_steps: int) -> None:
+    """Train and evaluate baseline ``algo`` for ``env_steps`` environment steps into ``run_dir``."""
+    from orsd_gym.baselines import train_baseline  # needs the sb3 extra, only when a baseline runs
+
+    record = {**run_record(config), "baseline": {"algo": algo, "env_steps": env_steps}}
+    saved = run_dir / "config.yaml"
+    if (run_dir / "eval.jsonl").is_file() and saved.is_file() and yaml.safe_load(saved.read_text()) == record:
+        return
+    shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.mkdir(parents=True)
+    plan = build_task_plan(config)
+    step_limit = {} if config.env.max_episode_steps is None else {"max_episode_steps": config.env.max_episode_steps}
+    result = train_baseline(
+        plan.env_id,
+        train_tasks=list(dict.fromkeys(task.spec for tasks in plan.train for task in tasks)),
+        eval_tasks=[task.spec for task in plan.eval],
+        algo=algo,
+        total_env_steps=env_steps,
+        eval_every_steps=max(1, env_steps // EVALUATIONS),
+        seed=config.train.seed,
+        env_kwargs=merge_kwargs(plan.train_kwargs, step_limit),
+        eval_env_kwargs=merge_kwargs(plan.eval_kwargs, step_limit),
+        out_dir=run_dir,
+    )
+    with open(run_dir / "eval.jsonl", "w", encoding="utf-8") as handle:
+        for index, point in enumerate(result.curve):
+            evaluation = {"eval/success_rate": point.success_rate, "eval/mean_return": point.mean_return}
+            handle.write(json.dumps({"iteration": index, "env_steps": point.env_steps, **evaluation}) + "\n")
+    (run_dir / "task_plan.json").write_text(json.dumps({"summary": plan.summary(), "keys": plan.keys()}, indent=1))
+    (run_dir / "metrics.jsonl").write_text(
+        json.dumps({"baseline/env_steps_per_second": result.env_steps_per_second}) + "\n"
+    )
+    saved.write_text(yaml.safe_dump(record, sort_keys=False))
