@@ -19,11 +19,12 @@ from pathlib import Path
 from rich.console import Console
 
 from orsd_gym import configio
+from orsd_gym.errors import UsageError
 from orsd_gym.train.checkpoint import list_checkpoints
 from orsd_gym.train.config import Config, resolve_algo
+from orsd_gym.train.launch import train, under_torchrun
 from orsd_gym.train.metrics import read_metrics
 from orsd_gym.train.report import write_report
-from orsd_gym.train.trainer import Trainer
 from orsd_gym.train.validation import validate_settings
 
 
@@ -68,8 +69,11 @@ def compare(
     With ``resume`` a run that already has a checkpoint continues (so an interrupted comparison
     restarts where it stopped), but only if it was trained with exactly these settings: a run
     of other settings is refused, naming them (`orsd_gym.train.rundir`); a run that never
-    reached its first checkpoint starts over.
+    reached its first checkpoint starts over. Each run is trained as `orsd_gym.train.launch.train`
+    trains it: ``train.workers=N`` runs N data-parallel Ray workers per run.
     """
+    if under_torchrun():
+        raise UsageError("compare starts its own workers: run it with train.workers=N (Ray), not under torchrun")
     out_dir = Path(out_dir)
     console = console or Console()
     configs = [(algo, seed, run_config(base, algo, seed, out_dir)) for seed in seeds for algo in algos]
@@ -82,7 +86,7 @@ def compare(
         run_dir = Path(config.train.output_dir)
         started = time.perf_counter()
         reuse = resume and bool(list_checkpoints(run_dir / "checkpoints"))
-        summary = Trainer(config, resume=reuse, overwrite=not reuse, live=live, console=console).run()
+        summary = train(config, resume=reuse, overwrite=not reuse, live=live, console=console)
         results.append(_read_run(algo, seed, run_dir))
         console.print(_run_line(algo, seed, summary.final_eval, time.perf_counter() - started), highlight=False)
     return write_report(out_dir, base, results)

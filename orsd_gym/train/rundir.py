@@ -7,7 +7,9 @@ Before a run writes anything, `claim_run_directory` checks the directory against
 * ``--resume`` needs a run with a checkpoint to resume ("nothing to resume" otherwise), and
   refuses any setting that differs from the run's saved ``config.yaml`` (naming each key and
   both values), except the safe ones the caller allows explicitly (`SAFE_CHANGES`: more
-  iterations, checkpoint and evaluation cadence, threads); allowed changes are appended to
+  iterations, checkpoint and evaluation cadence, threads, where and how many envs run);
+  ``train.workers`` is not one of them (ORSD's own sampling draws one stream per worker), so a
+  data-parallel run resumes with the number of workers it started with; allowed changes are appended to
   ``changes.jsonl`` so the run still says what trained it.
 """
 
@@ -50,11 +52,16 @@ SAFE_CHANGES = frozenset(
         "eval.every",
         "env.num_envs",
         "env.vectorization",
+        "env.backend",
+        "env.envs_per_actor",
+        "env.cpus_per_actor",
+        "train.cpus_per_worker",
     }
 )
-#: Settings that never matter for a resumption: how progress is shown, and where the run
-#: directory is (a run moved or copied elsewhere resumes where it is).
-IGNORED = frozenset({"logging.live", "logging.tensorboard", "train.output_dir"})
+#: Settings that never matter for a resumption: how progress is shown, where the run
+#: directory is (a run moved or copied elsewhere resumes where it is) and which Ray cluster
+#: runs it.
+IGNORED = frozenset({"logging.live", "logging.tensorboard", "train.output_dir", "ray.address"})
 
 
 @dataclass
