@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import os
+import tempfile
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -103,7 +104,8 @@ def _train_on_ray(config: Config, options: dict[str, Any], console: Console) -> 
 
     train = config.train
     resources = {"CPU": train.cpus_per_worker, **({"GPU": 1} if train.use_gpu else {})}
-    with ray_session(config.ray.address) as ray:
+    # Ray Train's own records of the fit (nothing the run needs: the run directory has it all).
+    with ray_session(config.ray.address) as ray, tempfile.TemporaryDirectory(prefix="orsd-gym-ray-") as storage:
         _check_cluster(ray.cluster_resources(), train.workers, resources)
         trainer = TorchTrainer(
             _ray_worker,
@@ -112,7 +114,7 @@ def _train_on_ray(config: Config, options: dict[str, Any], console: Console) -> 
                 num_workers=train.workers, use_gpu=train.use_gpu, resources_per_worker=resources
             ),
             torch_config=TorchConfig(backend="nccl" if train.use_gpu else "gloo"),
-            run_config=RunConfig(name=f"orsd-gym-{os.getpid()}"),
+            run_config=RunConfig(name="orsd-gym", storage_path=storage),
         )
         try:
             return trainer.fit().return_value

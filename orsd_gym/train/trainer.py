@@ -345,9 +345,7 @@ class Trainer:
             self.env_steps += int(stats.pop("env_steps"))
             record.update({f"train/{k}": v for k, v in stats.items()})
             record["env_steps"] = self.env_steps
-            metrics = combine_worker_metrics(
-                [(part.metrics, groups) for part, groups in parts], self.algorithm.summed_metrics
-            )
+            metrics = combine_worker_metrics([(part.metrics, n) for part, n in parts], self.algorithm.summed_metrics)
             record.update(_namespaced(metrics, "algo"))
             self._write_audit(iteration + 1, batches)
 
