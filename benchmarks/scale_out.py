@@ -163,9 +163,14 @@ def measure_training(args: argparse.Namespace, workers: int, root: str) -> dict[
     records = read_metrics(os.path.join(out_dir, "metrics.jsonl"))
     walls = [sum(v for k, v in r.items() if k.startswith("time/") and not k.startswith("time/orsd")) for r in records]
     steady = walls[1:] or walls
+    phases = {
+        phase: statistics.median(r[f"time/{phase}"] for r in records[1:] or records)
+        for phase in ("rollout", "prepare", "update")
+    }
     result = {
         "first_iteration_s": walls[0],
         "iteration_s": statistics.median(steady),
+        "phases_s": phases,
         "whole_run_s": total,
         "env_steps": records[-1]["env_steps"],
     }

@@ -3,14 +3,17 @@ metrics, the settings a run of several workers must have, and the one-process id
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from algos_helpers import make_group
 
 from orsd_gym.algos import make_algorithm
 from orsd_gym.errors import ConfigError
-from orsd_gym.train.config import load_config
+from orsd_gym.train.config import Config, load_config, run_record
 from orsd_gym.train.metrics import combine_worker_metrics
+from orsd_gym.train.rundir import config_differences
 from orsd_gym.train.trainer import Trainer
 from orsd_gym.train.workers import SINGLE, Workers
 
@@ -74,3 +77,13 @@ def test_settings_a_data_parallel_run_cannot_work_with_fail_before_anything_load
         load_config(None, [*run, "train.workers=2", "model.device=cuda:1"])
     with pytest.raises(ConfigError, match="one of 1"):
         Trainer(load_config(None, [*run, "train.workers=2", "eval.num_tasks=1"]))
+
+
+def test_a_run_saved_before_the_data_parallel_settings_existed_resumes_at_their_defaults():
+    record = run_record(load_config(None, ["env.id=orsd_gym/GuessNumber-v0"]))
+    old = copy.deepcopy(record)
+    del old["train"]["workers"], old["env"]["backend"], old["ray"]
+    assert config_differences(old, record, defaults=run_record(Config())) == {}
+    assert "train.workers" in config_differences(old, record)
+    record["train"]["workers"] = 2
+    assert config_differences(old, record, defaults=run_record(Config())) == {"train.workers": (1, 2)}

@@ -41,7 +41,7 @@ from orsd_gym.train.checkpoint import (
     save_checkpoint,
     split_optimizer_state,
 )
-from orsd_gym.train.config import Config, resolve_algo, run_record
+from orsd_gym.train.config import AlgoConfig, Config, resolve_algo, run_record
 from orsd_gym.train.console import LiveView
 from orsd_gym.train.envs import close_envs, make_envs
 from orsd_gym.train.evaluate import evaluate
@@ -147,8 +147,9 @@ class Trainer:
     def _claim(self, resume: bool, overwrite: bool, allow_changes: Sequence[str]) -> Claim:
         """Check the run directory, then write the run's record there (worker 0 only)."""
         record = run_record(self.config)
+        defaults = run_record(Config(algo=AlgoConfig(name=self.config.algo.name)))
         claim = claim_run_directory(
-            self.output_dir, record, resume=resume, overwrite=overwrite, allow_changes=allow_changes
+            self.output_dir, record, resume=resume, overwrite=overwrite, allow_changes=allow_changes, defaults=defaults
         )
         self.output_dir.mkdir(parents=True, exist_ok=True)
         record_changes(self.output_dir, claim)
