@@ -10,7 +10,7 @@ import torch
 from algos_helpers import make_group
 
 from orsd_gym.algos import make_algorithm
-from orsd_gym.errors import ConfigError
+from orsd_gym.errors import ClusterResourcesError, ConfigError
 from orsd_gym.train.config import Config, load_config, run_record
 from orsd_gym.train.metrics import combine_worker_metrics
 from orsd_gym.train.rundir import config_differences
@@ -87,3 +87,15 @@ def test_a_run_saved_before_the_data_parallel_settings_existed_resumes_at_their_
     assert "train.workers" in config_differences(old, record)
     record["train"]["workers"] = 2
     assert config_differences(old, record, defaults=run_record(Config())) == {"train.workers": (1, 2)}
+
+
+def test_a_cluster_too_small_for_the_workers_and_their_env_actors_fails_at_once():
+    from orsd_gym.train.launch import _check_cluster
+
+    run = ["env.id=orsd_gym/GuessNumber-v0", "rollout.tasks_per_iteration=2", "rollout.group_size=2"]
+    config = load_config(None, [*run, "train.workers=2", "env.backend=ray"])
+    _check_cluster({"CPU": 4.0}, config, {"CPU": 1.0})  # 2 workers, each with 1 actor of its 2 slots
+    with pytest.raises(ClusterResourcesError, match="2 env actors"):
+        _check_cluster({"CPU": 3.0}, config, {"CPU": 1.0})
+    with pytest.raises(ClusterResourcesError, match="need 2 GPU"):
+        _check_cluster({"CPU": 8.0}, config, {"CPU": 1.0, "GPU": 1.0})

@@ -106,7 +106,7 @@ def _train_on_ray(config: Config, options: dict[str, Any], console: Console) -> 
     resources = {"CPU": train.cpus_per_worker, **({"GPU": 1} if train.use_gpu else {})}
     # Ray Train's own records of the fit (nothing the run needs: the run directory has it all).
     with ray_session(config.ray.address) as ray, tempfile.TemporaryDirectory(prefix="orsd-gym-ray-") as storage:
-        _check_cluster(ray.cluster_resources(), train.workers, resources)
+        _check_cluster(ray.cluster_resources(), config, resources)
         trainer = TorchTrainer(
             _ray_worker,
             train_loop_config={"config": config, "options": options, "stderr": console.stderr},
@@ -135,14 +135,24 @@ def _ray_worker(payload: dict[str, Any]) -> RunSummary:
     return trainer.run()
 
 
-def _check_cluster(available: dict[str, float], workers: int, per_worker: dict[str, float]) -> None:
-    """Fail now, not after a silent wait, when the cluster cannot hold the workers at all."""
-    for resource, amount in per_worker.items():
-        if workers * amount > available.get(resource, 0):
+def _check_cluster(available: dict[str, float], config: Config, per_worker: dict[str, float]) -> None:
+    """Fail now, not after a silent wait, when the cluster cannot hold the workers, and with
+    ``env.backend: ray`` each worker's training env actors, at all."""
+    workers, env = config.train.workers, config.env
+    needed = {resource: workers * amount for resource, amount in per_worker.items()}
+    what = f"train.workers={workers} ({', '.join(f'{a:g} {r}' for r, a in per_worker.items())} each)"
+    if env.backend == "ray":
+        rollout = config.rollout
+        slots = env.num_envs or Workers(0, workers).most(rollout.tasks_per_iteration) * rollout.group_size
+        actors = -(-slots // env.envs_per_actor)
+        needed["CPU"] += workers * actors * env.cpus_per_actor
+        what += f" and their {workers * actors} env actors (env.cpus_per_actor={env.cpus_per_actor:g} CPU each)"
+    for resource, amount in needed.items():
+        if amount > available.get(resource, 0):
             raise ClusterResourcesError(
-                f"train.workers={workers} need {workers * amount:g} {resource} ({amount:g} each) but the Ray "
-                f"cluster has {available.get(resource, 0):g}; lower train.workers or train.cpus_per_worker, "
-                "or use a larger cluster (ray.address)"
+                f"{what} need {amount:g} {resource} but the Ray cluster has {available.get(resource, 0):g}; "
+                "ask for fewer (train.workers, train.cpus_per_worker, env.cpus_per_actor) or use a larger "
+                "cluster (ray.address)"
             )
 
 
