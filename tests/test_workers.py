@@ -93,7 +93,7 @@ def test_a_cluster_too_small_for_the_workers_and_their_env_actors_fails_at_once(
     from orsd_gym.train.launch import _check_cluster
 
     run = ["env.id=orsd_gym/GuessNumber-v0", "rollout.tasks_per_iteration=2", "rollout.group_size=2"]
-    config = load_config(None, [*run, "train.workers=2", "env.backend=ray"])
+    config = load_config(None, [*run, "train.workers=2", "env.backend=ray", "env.cpus_per_actor=1"])
     _check_cluster({"CPU": 4.0}, config, {"CPU": 1.0})  # 2 workers, each with 1 actor of its 2 slots
     with pytest.raises(ClusterResourcesError, match="2 env actors"):
         _check_cluster({"CPU": 3.0}, config, {"CPU": 1.0})

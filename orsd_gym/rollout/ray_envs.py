@@ -106,8 +106,9 @@ class RayEnvSlots:
     """``n`` env slots of ``env_id`` in Ray actors of ``envs_per_actor`` envs each (a `SlotPool`).
 
     Uses this process's Ray connection, or connects as `orsd_gym.cluster.connect` does (a local
-    Ray started on demand). Each actor asks Ray for ``cpus_per_actor`` CPUs and actors are
-    spread over the cluster's nodes. Close it to stop the actors.
+    Ray started on demand). Actors are spread over the cluster's nodes, each reserving
+    ``cpus_per_actor`` CPUs (by default none: they share the nodes' CPUs, so they always fit).
+    Close it to stop the actors.
     """
 
     remote = True
@@ -119,7 +120,7 @@ class RayEnvSlots:
         env_kwargs: dict[str, Any] | None = None,
         *,
         envs_per_actor: int = 4,
-        cpus_per_actor: float = 1.0,
+        cpus_per_actor: float = 0.0,
         max_replays: int = 3,
     ) -> None:
         if n < 1 or envs_per_actor < 1:

@@ -75,9 +75,12 @@ class EnvConfig:
     #: With backend "local": "sync" keeps the envs in this process; "async" steps each in its
     #: own subprocess.
     vectorization: Literal["sync", "async"] = "sync"
-    #: With backend "ray": envs per actor, and the CPUs Ray reserves for each actor.
+    #: With backend "ray": envs per actor, and the CPUs Ray reserves for each actor (0: actors
+    #: are spread over the nodes and share their CPUs with everything else, so they always fit;
+    #: reserve, e.g. 1, to place them only where CPUs are free on a cluster shared with other
+    #: Ray work).
     envs_per_actor: int = 4
-    cpus_per_actor: float = 1.0
+    cpus_per_actor: float = 0.0
     #: Overrides the env's registered step budget (episodes are truncated when it is reached).
     max_episode_steps: int | None = None
 
