@@ -82,6 +82,15 @@ class NoAdmissibleActionsError(OrsdGymError, ValueError):
     """An env started an episode without listing any admissible action (a choice wrapper needs them)."""
 
 
+class EnvWorkerError(OrsdGymError, RuntimeError):
+    """A remote env worker (a Ray actor) kept dying, so its episode could not be finished."""
+
+
+class EnvReplayError(EnvWorkerError):
+    """A lost env's episode, replayed on a new one from its reset seed and actions, came out
+    differently: the env is not deterministic given its seed and actions, so it cannot be replayed."""
+
+
 # --------------------------------------------------------------------------- policies and rollouts
 
 
@@ -132,6 +141,14 @@ class RunDirectoryError(OrsdGymError, RuntimeError):
 
 class CheckpointError(OrsdGymError, RuntimeError):
     """No usable checkpoint where one was required."""
+
+
+class RayUnavailableError(OrsdGymError, ImportError):
+    """Ray is needed (data-parallel workers, env actors) but not installed."""
+
+
+class ClusterResourcesError(OrsdGymError, RuntimeError):
+    """The Ray cluster has too few CPUs or GPUs for the workers or env actors asked for."""
 
 
 class AuditNotFoundError(OrsdGymError, FileNotFoundError):

@@ -42,3 +42,25 @@ def policy():
     from orsd_gym.policies.models import load_policy
 
     return load_policy("tiny-random", seed=0)
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """One local Ray (2 CPUs) for the whole test session: its start-up is slow. Its processes
+    import this checkout's package and the tests' own env modules (``PYTHONPATH``), and test
+    subprocesses find it through ``RAY_ADDRESS``."""
+    ray = pytest.importorskip("ray")
+    saved = {key: os.environ.get(key) for key in ("PYTHONPATH", "RAY_ADDRESS")}
+    paths = [str(ROOT), str(Path(__file__).parent), saved["PYTHONPATH"] or ""]
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+    ray.init(address="local", num_cpus=2, logging_config=ray.LoggingConfig(log_level="ERROR"))
+    os.environ["RAY_ADDRESS"] = ray.get_runtime_context().gcs_address
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value

@@ -54,6 +54,10 @@ class Algorithm(ABC):
     #: A dataclass whose field defaults are the documented defaults of the algorithm; its
     #: ``needs_reference`` / ``needs_verifier`` say which frozen policies to pass.
     config_class: ClassVar[type]
+    #: Keys of `PreparedBatch.metrics` that are totals (summed over data-parallel workers);
+    #: the others are means over groups or episodes (averaged, weighted by groups) or
+    #: ``time/`` durations (the slowest worker's).
+    summed_metrics: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, config: Any = None, *, reference: Policy | None = None, verifier: Policy | None = None) -> None:
         self.config = coerce_config(self.config_class, config)
@@ -80,6 +84,21 @@ class Algorithm(ABC):
         Summing the gradients of every micro-batch's loss of a mini-batch equals the gradient
         of the mini-batch loss.
         """
+
+    def minibatch_weight(self, batch: PreparedBatch, minibatch_indices: Sequence[int]) -> float:
+        """What `loss` divides a mini-batch's summed loss by (its trajectory count by default).
+
+        Data-parallel workers weight their gradients by it, so the combined step is the one a
+        single process takes on the union of their mini-batches (`orsd_gym.train.workers`).
+        """
+        return float(len(minibatch_indices))
+
+    def merge_worker_states(self, states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """One state from the `state_dict` of every data-parallel worker (in rank order), which
+        every worker then loads; by default the states must already agree."""
+        if any(dict(state) != dict(states[0]) for state in states[1:]):
+            raise ValueError(f"{type(self).__name__}'s state differs between workers; override merge_worker_states")
+        return dict(states[0])
 
     def state_dict(self) -> dict[str, Any]:
         """JSON-safe algorithm state a checkpoint must keep (none by default)."""

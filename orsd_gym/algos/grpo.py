@@ -171,6 +171,7 @@ class GRPO(Algorithm):
     name = "grpo"
     config_class = GRPOConfig
     config: GRPOConfig
+    summed_metrics = frozenset({"num_groups"})
 
     def __init__(self, config=None, *, reference: Policy | None = None, verifier: Policy | None = None) -> None:
         super().__init__(config, reference=reference, verifier=verifier)
@@ -236,6 +237,9 @@ class GRPO(Algorithm):
             audit=[],
             token_extras=extras,
         )
+
+    def minibatch_weight(self, batch: PreparedBatch, minibatch_indices: Sequence[int]) -> float:
+        return minibatch_normaliser([batch.trajectories[i].loss_mask for i in minibatch_indices], self.config.loss_agg)
 
     def loss(
         self,

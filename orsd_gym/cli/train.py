@@ -1,4 +1,9 @@
-"""``orsd-gym train``: one training run from a YAML config and dotted overrides."""
+"""``orsd-gym train``: one training run from a YAML config and dotted overrides.
+
+``train.workers=N`` runs N data-parallel workers with Ray Train; under ``torchrun
+--nproc_per_node N -m orsd_gym.cli train ...`` this process is one of torchrun's workers
+(`orsd_gym.train.launch`).
+"""
 
 from __future__ import annotations
 
@@ -10,8 +15,8 @@ from rich.console import Console
 from orsd_gym.cli.options import add_json, add_no_live, add_threads, threads_override
 from orsd_gym.configio import shipped_configs
 from orsd_gym.train.config import load_config
+from orsd_gym.train.launch import train
 from orsd_gym.train.rundir import SAFE_CHANGES
-from orsd_gym.train.trainer import Trainer
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     config = load_config(args.config, [*args.overrides, *threads_override(args)])
     console = Console(stderr=args.json)
     allowed = [key.strip() for key in args.allow_change.split(",") if key.strip()]
-    trainer = Trainer(
+    summary = train(
         config,
         resume=args.resume,
         overwrite=args.overwrite,
@@ -48,7 +53,8 @@ def run(args: argparse.Namespace) -> int:
         live=not args.no_live,
         console=console,
     )
-    summary = trainer.run()
+    if summary.worker != 0:  # torchrun's other workers: worker 0 reports the run
+        return 0
     if args.json:
         print(json.dumps({"output_dir": str(summary.output_dir), "final_eval": summary.final_eval}, indent=1))
     else:

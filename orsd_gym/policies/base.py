@@ -27,7 +27,8 @@ class SamplingParams:
     temperature: float = 1.0
     top_p: float = 1.0
     stop: tuple[str, ...] = ()
-    #: Seed of the torch Generator used for sampling (None: the backend's own generator).
+    #: Seed of the torch Generator used for sampling (None: the backend's own generator), for
+    #: calls that give no per-row ``seeds`` (`Policy.generate`).
     seed: int | None = None
 
     def __post_init__(self) -> None:
@@ -83,9 +84,20 @@ class Policy(Protocol):
         """A fresh generation session for one multi-turn episode (see the class docstring)."""
 
     def generate(
-        self, contexts: Sequence[Sequence[int]], params: SamplingParams, *, sessions: Sequence[Any] | None = None
+        self,
+        contexts: Sequence[Sequence[int]],
+        params: SamplingParams,
+        *,
+        sessions: Sequence[Any] | None = None,
+        seeds: Sequence[int] | None = None,
     ) -> list[Completion]:
-        """Sample one completion per context (batched); ``sessions``: one per context, or None."""
+        """Sample one completion per context (batched); ``sessions``: one per context, or None.
+
+        ``seeds`` (one per context, optional) gives each row its own sampling stream, so what a
+        row samples does not depend on which other rows share the batch (``params.seed`` is
+        then not used); this is what makes an episode's tokens independent of how many env
+        slots or training workers play the other episodes.
+        """
 
     def score(
         self,

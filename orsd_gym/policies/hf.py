@@ -214,6 +214,7 @@ class HFPolicy:
         params: SamplingParams,
         *,
         sessions: Sequence[KVSession] | None = None,
+        seeds: Sequence[int] | None = None,
     ) -> list[Completion]:
         """Sample one completion per context, batched (left-padded).
 
@@ -222,7 +223,8 @@ class HFPolicy:
         is updated to cover this call's context + completion. Completions keep the stop token /
         stop string tokens they ended with (they are what the model sampled); ``text`` is the
         decoded completion without a final EOS token. With ``temperature == 0`` (greedy) the
-        log-probs are those of the untempered model.
+        log-probs are those of the untempered model. ``seeds`` (one per context) gives each row
+        its own generator, so a row samples the same tokens whatever else is in the batch.
         """
         contexts = self._check_tokens(contexts, "contexts")
         if sessions is not None and len(sessions) != len(contexts):
@@ -233,9 +235,16 @@ class HFPolicy:
                     f"contexts[{i}] has {len(ctx)} tokens + max_new_tokens={params.max_new_tokens} > the model's "
                     f"{self.max_positions} positions; shorten the episode budget"
                 )
-        generator = self._generator
-        if params.seed is not None:
+        if seeds is not None:
+            if len(seeds) != len(contexts):
+                raise ValueError(f"got {len(seeds)} seeds for {len(contexts)} contexts")
+            generator: torch.Generator | list[torch.Generator] = [
+                torch.Generator(device=self.device).manual_seed(int(s)) for s in seeds
+            ]
+        elif params.seed is not None:
             generator = torch.Generator(device=self.device).manual_seed(params.seed)
+        else:
+            generator = self._generator
         with torch.no_grad():
             return self._generate(contexts, params, sessions, generator)
 
@@ -244,7 +253,7 @@ class HFPolicy:
         contexts: list[list[int]],
         params: SamplingParams,
         sessions: Sequence[KVSession] | None,
-        generator: torch.Generator,
+        generator: torch.Generator | list[torch.Generator],
     ) -> list[Completion]:
         batch = len(contexts)
         reuse = [0] * batch
@@ -534,8 +543,9 @@ class HFPolicy:
         return frozen.freeze()
 
 
-def _sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator):
-    """Draw one token per row; return it and its log-prob under the (tempered, top-p) distribution."""
+def _sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | list[torch.Generator]):
+    """Draw one token per row (from one generator, or each row from its own); return it and its
+    log-prob under the (tempered, top-p) distribution."""
     if params.temperature == 0:
         logp = torch.log_softmax(logits, dim=-1)
         tokens = logp.argmax(dim=-1)
@@ -548,7 +558,12 @@ def _sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Gener
         drop_sorted = (cumulative - sorted_logp.exp()) >= params.top_p
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
         logp = torch.log_softmax(logp.masked_fill(drop, float("-inf")), dim=-1)
-    tokens = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
+    probs = logp.exp()
+    if isinstance(generator, list):
+        rows = zip(probs, generator, strict=True)
+        tokens = torch.cat([torch.multinomial(row, 1, generator=g) for row, g in rows])
+    else:
+        tokens = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
     return tokens, logp.gather(-1, tokens[:, None]).squeeze(-1)
 
 

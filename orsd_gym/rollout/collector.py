@@ -3,7 +3,7 @@
 A *task* is an ``int`` (a reset seed: the env picks the task from it, as in training) or a
 `TaskSpec` naming ``task_id`` explicitly (plus a seed for the env's own randomness). The G
 episodes of a task reset with the same seed and options (a GRPO group, ``group_id`` = the task's
-index in ``tasks``) and differ only by sampling noise.
+index in ``tasks`` plus ``first_group``) and differ only by sampling noise.
 
 A rollout runs in rounds, each three phases you can read on their own (`_Rollout`):
 
@@ -14,8 +14,12 @@ A rollout runs in rounds, each three phases you can read on their own (`_Rollout
 3. step    parse each turn into an action, step the envs together, record what they said and
            retire finished episodes.
 
-Sampling seeds derive from ``seed`` and the round number, so a call is deterministic given its
-arguments. Budgets (`RolloutOptions.max_turns`, `SamplingParams.max_new_tokens` per turn and
+Each episode samples from its own stream, seeded by ``seed``, its ``episode_id`` and the turn,
+so what an episode plays depends on its task and the weights alone, not on which episodes share
+its generation batch: on how many env slots there are, or how a data-parallel run splits the
+groups among its workers (a worker playing groups k.. passes ``first_group=k``).
+
+Budgets (`RolloutOptions.max_turns`, `SamplingParams.max_new_tokens` per turn and
 `RolloutOptions.max_episode_tokens` per sample) end an episode with ``truncated=True``; it is
 returned, never dropped.
 """
@@ -25,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import gymnasium as gym
 import numpy as np
@@ -34,13 +38,17 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from orsd_gym.policies.base import Completion, Policy, SamplingParams
 from orsd_gym.rollout import prompts
 from orsd_gym.rollout.actions import choose_action, get_parser
-from orsd_gym.rollout.envpool import EnvSlots
+from orsd_gym.rollout.envpool import EnvSlots, SlotPool
 from orsd_gym.rollout.episode import PerStepEpisode, SequenceEpisode
 from orsd_gym.rollout.options import RolloutOptions
 from orsd_gym.rollout.trajectory import Trajectory
 
 #: Env slots played side by side when ``num_envs`` is not given (at most one per episode).
 DEFAULT_NUM_ENVS = 16
+
+#: Where `collect` makes the envs of an env id: in this process, or in Ray actors
+#: (`orsd_gym.rollout.ray_envs`).
+EnvBackend = Literal["local", "ray"]
 
 
 @dataclass(frozen=True)
@@ -74,6 +82,8 @@ class _Episode:
     cut_by: str = ""
     won: bool = False
     reused_tokens: int = 0
+    #: Times the episode's env was lost and the episode replayed on a new one (remote envs).
+    env_replays: int = 0
 
     @property
     def finished(self) -> bool:
@@ -114,12 +124,13 @@ def as_task_spec(task: int | TaskSpec | dict[str, Any]) -> TaskSpec:
     raise TypeError(f"a task is an int seed or a TaskSpec(seed, task_id), got {task!r}")
 
 
-def _round_seed(seed: int, round_index: int) -> int:
-    return int(np.random.SeedSequence([seed, round_index]).generate_state(1)[0])
+def _turn_seed(seed: int, episode_id: int, turn: int) -> int:
+    """The sampling seed of one model turn of one episode."""
+    return int(np.random.SeedSequence([seed, episode_id, turn]).generate_state(1)[0])
 
 
 def collect(
-    env: str | gym.Env | gym.vector.VectorEnv | list[gym.Env],
+    env: str | gym.Env | gym.vector.VectorEnv | list[gym.Env] | SlotPool,
     policy: Policy,
     tasks: Sequence[int | TaskSpec],
     *,
@@ -132,12 +143,18 @@ def collect(
     env_prompt: prompts.EnvPrompt | None = None,
     teacher: Callable[[dict[str, Any]], str] | None = None,
     progress: bool = False,
+    env_backend: EnvBackend = "local",
+    first_group: int = 0,
 ) -> list[Trajectory]:
     """Roll out ``group_size`` episodes per task; see the module docstring.
 
-    ``env`` is an env id (``num_envs`` copies are made with ``env_kwargs`` and closed here), a
-    `gymnasium.Env` (copies are made from its spec), a list of envs or a `VectorEnv` (used as
-    is, one slot per env). In the per-step layout each step is its own Trajectory (``step`` =
+    ``env`` is an env id (``num_envs`` copies are made with ``env_kwargs`` and closed here: in
+    this process, or with ``env_backend="ray"`` in Ray actors), a `gymnasium.Env` (copies are
+    made from its spec), a list of envs, a `VectorEnv` or a `SlotPool` such as
+    `orsd_gym.rollout.ray_envs.RayEnvSlots` (used as is, one slot per env). Episodes whose
+    remote env was lost and replayed say how often in ``extra["env_replays"]``.
+    ``first_group`` numbers the groups (and so the episodes and their sampling streams) from
+    there. In the per-step layout each step is its own Trajectory (``step`` =
     0, 1, ...; all share the episode's ``episode_id``) and repeats the episode's rewards,
     actions and observations.
 
@@ -148,16 +165,18 @@ def collect(
     """
     if group_size < 1:
         raise ValueError(f"group_size must be >= 1, got {group_size}")
+    if first_group < 0:
+        raise ValueError(f"first_group must be >= 0, got {first_group}")
     options = options or RolloutOptions()
     specs = [as_task_spec(t) for t in tasks]
     episodes = [
         _Episode(g * group_size + k, g, spec.seed, spec.task_id)
-        for g, spec in enumerate(specs)
+        for g, spec in enumerate(specs, start=first_group)
         for k in range(group_size)
     ]
     if not episodes:
         return []
-    slots = EnvSlots(env, min(num_envs or DEFAULT_NUM_ENVS, len(episodes)), env_kwargs)
+    slots = _slots(env, min(num_envs or DEFAULT_NUM_ENVS, len(episodes)), env_kwargs, env_backend)
     bar = _Progress(len(episodes), enabled=progress)
     try:
         rollout = _Rollout(slots, policy, sampling or SamplingParams(), options, env_prompt, teacher, seed)
@@ -169,8 +188,24 @@ def collect(
                 bar.advance(episode.won)
     finally:
         bar.close()
-        slots.close()
-    return [t for episode in episodes for t in _to_trajectories(episode, slots.env_id or "", options.layout)]
+        if slots is not env:  # the caller's own pool stays open
+            slots.close()
+    return [t for episode in episodes for t in _to_trajectories(episode, slots, options.layout)]
+
+
+def _slots(env: Any, n: int, env_kwargs: dict[str, Any] | None, backend: EnvBackend) -> SlotPool:
+    """The slot pool ``collect`` plays on (the caller's own, or one made here)."""
+    if backend not in ("local", "ray"):
+        raise ValueError(f"env_backend={backend!r}; choose 'local' or 'ray'")
+    if isinstance(env, SlotPool):
+        return env
+    if backend == "ray":
+        if not isinstance(env, str):
+            raise TypeError('env_backend="ray" makes the envs in Ray actors: pass an env id, or a RayEnvSlots')
+        from orsd_gym.rollout.ray_envs import RayEnvSlots
+
+        return RayEnvSlots(env, n, env_kwargs)
+    return EnvSlots(env, n, env_kwargs)
 
 
 class _Rollout:
@@ -178,7 +213,7 @@ class _Rollout:
 
     def __init__(
         self,
-        slots: EnvSlots,
+        slots: SlotPool,
         policy: Policy,
         sampling: SamplingParams,
         options: RolloutOptions,
@@ -203,20 +238,23 @@ class _Rollout:
         self.system = prompts.system_prompt(prompt, self.parser.format_instructions)
         self.active: list[_Episode] = []
         self.free = list(range(slots.n))
-        self.round_index = 0
 
     # ------------------------------------------------------------------ 1. admit
     def admit(self, pending: list[_Episode]) -> None:
-        """Start pending episodes (in order) on free slots."""
+        """Start pending episodes (in order) on free slots, their resets sent together."""
+        starting = []
         while pending and self.free:
             episode = pending.pop(0)
-            self._start(episode, self.free.pop(0))
+            episode.slot = self.free.pop(0)
+            starting.append(episode)
+        replies = self.slots.reset_many(
+            {e.slot: (e.seed, {} if e.task_id is None else {"task_id": e.task_id}) for e in starting}
+        )
+        for episode in starting:
+            self._start(episode, *replies[episode.slot])
             self.active.append(episode)
 
-    def _start(self, episode: _Episode, slot: int) -> None:
-        options = {} if episode.task_id is None else {"task_id": episode.task_id}
-        observation, info = self.slots.reset(slot, episode.seed, options)
-        episode.slot = slot
+    def _start(self, episode: _Episode, observation: str, info: dict[str, Any]) -> None:
         episode.task = str(info.get("task", ""))
         episode.task_id = int(info.get("task_id", episode.task_id if episode.task_id is not None else -1))
         episode.observations.append(observation)
@@ -255,20 +293,14 @@ class _Rollout:
                 episode.model_turns.append(completion.text)
                 episode.finish_reasons.append(completion.finish_reason)
                 episode.reused_tokens += int(completion.extra.get("reused_prefix_tokens", 0))
-        self.round_index += 1
 
     def _complete(self, batch: list[_Episode], limit: int) -> list[Completion]:
         if self.teacher is not None:
             return [self._teacher_turn(self.teacher(e.infos[-1])) for e in batch]
-        params = SamplingParams(
-            limit,
-            self.sampling.temperature,
-            self.sampling.top_p,
-            self.stop,
-            seed=_round_seed(self.seed, self.round_index) + limit,
-        )
+        params = SamplingParams(limit, self.sampling.temperature, self.sampling.top_p, self.stop)
         sessions = [e.session for e in batch] if self.options.kv_cache else None
-        return self.policy.generate([e.builder.context() for e in batch], params, sessions=sessions)
+        seeds = [_turn_seed(self.seed, e.episode_id, len(e.model_turns)) for e in batch]
+        return self.policy.generate([e.builder.context() for e in batch], params, sessions=sessions, seeds=seeds)
 
     def _teacher_turn(self, text: str) -> Completion:
         tokens = self.policy.chat.end_of_turn_tokens(text)
@@ -295,6 +327,7 @@ class _Rollout:
             if episode.slot in results:
                 self._record(episode, *results[episode.slot])
             if episode.finished:
+                episode.env_replays = self.slots.replays(episode.slot)
                 self.free.append(episode.slot)
                 episode.session = None  # release the generation session (the KV cache)
                 finished.append(episode)
@@ -329,8 +362,9 @@ class _Rollout:
             episode.builder.add_observation(message, action=episode.actions[-1], observation=observation, info=info)
 
 
-def _to_trajectories(episode: _Episode, env_id: str, layout: str) -> list[Trajectory]:
+def _to_trajectories(episode: _Episode, slots: SlotPool, layout: str) -> list[Trajectory]:
     out = []
+    env_id = slots.env_id or ""
     for step, sample in enumerate(episode.builder.samples()):
         extra = {
             "layout": layout,
@@ -338,6 +372,8 @@ def _to_trajectories(episode: _Episode, env_id: str, layout: str) -> list[Trajec
             "cut_by": episode.cut_by,
             "reused_prefix_tokens": episode.reused_tokens,
         }
+        if slots.remote:
+            extra["env_replays"] = episode.env_replays
         out.append(
             Trajectory(
                 token_ids=list(sample.token_ids),

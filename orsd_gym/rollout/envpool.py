@@ -4,16 +4,46 @@ Each slot is reset individually (its own seed and ``task_id`` option) when an ep
 so G attempts at one task and different tasks share one pool. A vector env is driven through
 ``options["reset_mask"]`` (Gymnasium >= 1.0); its default ``NEXT_STEP`` autoreset is harmless
 because a slot is always reset explicitly before its next episode.
+
+`SlotPool` is the interface the collector drives; `EnvSlots` implements it in this process (or
+its vector env's subprocesses) and `orsd_gym.rollout.ray_envs.RayEnvSlots` in Ray actors.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Protocol, runtime_checkable
 
 import gymnasium as gym
 import numpy as np
 
 StepResult = tuple[str, float, bool, bool, dict[str, Any]]
+#: What one slot's reset needs: the reset seed and the reset options (e.g. ``task_id``).
+ResetRequest = tuple[int, dict[str, Any]]
+
+
+@runtime_checkable
+class SlotPool(Protocol):
+    """``n`` independently resettable env slots, stepped together (what `collect` drives)."""
+
+    n: int
+    #: True when a slot's env can be lost and rebuilt while its episode runs (envs held by
+    #: other processes that may die); episodes then record `replays`.
+    remote: bool
+
+    @property
+    def env_id(self) -> str | None: ...
+
+    def reset_many(self, requests: Mapping[int, ResetRequest]) -> dict[int, tuple[str, dict[str, Any]]]:
+        """Reset each slot of ``requests`` with its seed and options; its first observation and info."""
+
+    def step(self, actions: Mapping[int, str]) -> dict[int, StepResult]:
+        """Step each slot of ``actions``; what its env returned."""
+
+    def replays(self, slot: int) -> int:
+        """How many times the slot's current episode was rebuilt on a new env since its reset."""
+
+    def close(self) -> None: ...
 
 
 def _unbatch_info(infos: dict[str, Any], index: int) -> dict[str, Any]:
@@ -30,7 +60,10 @@ def _unbatch_info(infos: dict[str, Any], index: int) -> dict[str, Any]:
 
 
 class EnvSlots:
-    """``n`` independently resettable envs stepped together."""
+    """``n`` independently resettable envs stepped together, in this process (a `SlotPool`)."""
+
+    #: Envs in this process (or a vector env's subprocesses) are never lost mid-episode.
+    remote = False
 
     def __init__(
         self,
@@ -83,7 +116,13 @@ class EnvSlots:
         observations, infos = self.vector.reset(seed=seeds, options={**options, "reset_mask": mask})
         return str(observations[slot]), _unbatch_info(infos, slot)
 
-    def step(self, actions: dict[int, str]) -> dict[int, StepResult]:
+    def reset_many(self, requests: Mapping[int, ResetRequest]) -> dict[int, tuple[str, dict[str, Any]]]:
+        return {slot: self.reset(slot, seed, options) for slot, (seed, options) in requests.items()}
+
+    def replays(self, slot: int) -> int:
+        return 0
+
+    def step(self, actions: Mapping[int, str]) -> dict[int, StepResult]:
         if self.vector is None:
             return {slot: self.envs[slot].step(action) for slot, action in actions.items()}
         batch = [actions.get(slot, "") for slot in range(self.n)]  # idle slots get a throwaway action

@@ -3,6 +3,8 @@
 Episode statistics (success, return, length, invalid actions, truncation, env steps) count
 each episode once, whatever the layout: per-step samples of one episode share its
 ``episode_id``. Token counts are per sample (what the model generated and trains on).
+Episodes played on remote envs (Ray actors) also count how often a lost env made them replay
+(``env_replays``, only reported for them).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ def rollout_stats(trajectories: Sequence[Trajectory]) -> dict[str, float]:
     step_infos = [info for t in episodes for info in t.infos[1:]]
     invalid = sum(1 for info in step_infos if not info.get("is_valid_action", True))
     format_flags = [flag for t in episodes for flag in t.format_valid]
-    return {
+    stats = {
         "success_rate": float(np.mean([t.success for t in episodes])),
         "mean_return": float(np.mean([t.episode_return for t in episodes])),
         "episode_len": float(np.mean([t.num_turns for t in episodes])),
@@ -42,3 +44,6 @@ def rollout_stats(trajectories: Sequence[Trajectory]) -> dict[str, float]:
         "truncated_frac": float(np.mean([t.truncated for t in episodes])),
         "env_steps": float(sum(t.num_turns for t in episodes)),
     }
+    if any("env_replays" in t.extra for t in episodes):
+        stats["env_replays"] = float(sum(t.extra.get("env_replays", 0) for t in episodes))
+    return stats

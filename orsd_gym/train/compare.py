@@ -25,9 +25,9 @@ from orsd_gym.errors import UsageError
 from orsd_gym.train.baseline_runs import run_baseline
 from orsd_gym.train.checkpoint import list_checkpoints
 from orsd_gym.train.config import Config, resolve_algo
+from orsd_gym.train.launch import train, under_torchrun
 from orsd_gym.train.metrics import read_metrics
 from orsd_gym.train.report import write_report
-from orsd_gym.train.trainer import Trainer
 from orsd_gym.train.validation import validate_settings
 
 #: The stable-baselines3 algorithms a comparison arm can name (``sb3:<name>``).
@@ -110,8 +110,11 @@ def compare(
     With ``resume`` a run that already has a checkpoint continues (so an interrupted comparison
     restarts where it stopped), but only if it was trained with exactly these settings: a run
     of other settings is refused, naming them (`orsd_gym.train.rundir`); a run that never
-    reached its first checkpoint starts over.
+    reached its first checkpoint starts over. Each run is trained as `orsd_gym.train.launch.train`
+    trains it: ``train.workers=N`` runs N data-parallel Ray workers per run.
     """
+    if under_torchrun():
+        raise UsageError("compare starts its own workers: run it with train.workers=N (Ray), not under torchrun")
     out_dir = Path(out_dir)
     console = console or Console()
     # Per seed the LLM arms run first: a baseline gets the environment steps they used.
@@ -127,7 +130,7 @@ def compare(
         started = time.perf_counter()
         if arm.baseline is None:
             reuse = resume and bool(list_checkpoints(run_dir / "checkpoints"))
-            Trainer(config, resume=reuse, overwrite=not reuse, live=live, console=console).run()
+            train(config, resume=reuse, overwrite=not reuse, live=live, console=console)
         else:
             run_baseline(
                 config, arm.baseline, run_dir, _env_step_budget(config, [r for r in results if r.seed == seed])

@@ -68,14 +68,28 @@ class EnvConfig:
     #: Env copies played side by side (None: one per episode of an iteration, so every
     #: attempt generates in the same batch).
     num_envs: int | None = None
-    #: "sync" keeps the envs in this process; "async" steps each in its own subprocess.
+    #: Where the envs run: "local" (this process, or one subprocess each with `vectorization`
+    #: "async") or "ray" (Ray actors of `envs_per_actor` envs each, spread over the cluster's
+    #: CPUs; see `orsd_gym.rollout.ray_envs`).
+    backend: Literal["local", "ray"] = "local"
+    #: With backend "local": "sync" keeps the envs in this process; "async" steps each in its
+    #: own subprocess.
     vectorization: Literal["sync", "async"] = "sync"
+    #: With backend "ray": envs per actor, and the CPUs Ray reserves for each actor (0: actors
+    #: are spread over the nodes and share their CPUs with everything else, so they always fit;
+    #: reserve, e.g. 1, to place them only where CPUs are free on a cluster shared with other
+    #: Ray work).
+    envs_per_actor: int = 4
+    cpus_per_actor: float = 0.0
     #: Overrides the env's registered step budget (episodes are truncated when it is reached).
     max_episode_steps: int | None = None
 
     def __post_init__(self) -> None:
         if self.num_envs is not None and self.num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {self.num_envs}")
+        _require_at_least_one(self, "envs_per_actor")
+        if self.cpus_per_actor < 0:
+            raise ValueError(f"cpus_per_actor must be >= 0, got {self.cpus_per_actor}")
 
 
 @dataclass
@@ -147,12 +161,24 @@ class TrainConfig:
     #: Deterministic CPU kernels (required for bit-exact resume).
     deterministic: bool = True
     threads: int | None = None
+    #: Data-parallel training workers, each a full replica that plays its share of every
+    #: iteration's task groups (`orsd_gym.train.workers`). More than 1: `orsd-gym train` runs
+    #: them with Ray Train (see the `ray` section), or torchrun starts them.
+    workers: int = 1
+    #: Give each Ray worker one GPU (the model then runs there: model.device must be "cuda",
+    #: and the gradients are all-reduced with NCCL instead of gloo).
+    use_gpu: bool = False
+    #: CPUs Ray reserves for each training worker.
+    cpus_per_worker: float = 1.0
 
     def __post_init__(self) -> None:
         if self.iterations < 0:
             raise ValueError(f"iterations must be >= 0, got {self.iterations}")
         if self.checkpoint_every < 1 or self.keep_checkpoints < 1:
             raise ValueError("checkpoint_every and keep_checkpoints must be >= 1")
+        _require_at_least_one(self, "workers")
+        if self.cpus_per_worker < 0:
+            raise ValueError(f"cpus_per_worker must be >= 0, got {self.cpus_per_worker}")
 
 
 @dataclass
@@ -208,6 +234,16 @@ class LoggingConfig:
 
 
 @dataclass
+class RayConfig:
+    """Which Ray cluster runs training workers (``train.workers`` > 1) and env actors (``env.backend: ray``)."""
+
+    #: None: the cluster `ray start` made on this machine if there is one, else a local Ray
+    #: started on demand (and stopped at the end); "auto": the running cluster (an error if
+    #: there is none); "HOST:PORT" or "ray://HOST:10001": that cluster.
+    address: str | None = None
+
+
+@dataclass
 class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
@@ -218,6 +254,7 @@ class Config:
     eval: EvalConfig = field(default_factory=EvalConfig)
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
+    ray: RayConfig = field(default_factory=RayConfig)
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:

@@ -1,7 +1,8 @@
 """The envs a run plays side by side, made once and kept for the whole run.
 
 The collector resets each slot itself when an episode starts, so one pool serves every
-iteration: a list of in-process envs, or an async vector env (one subprocess each).
+iteration: a list of in-process envs, an async vector env (one subprocess each), or env slots
+in Ray actors (``env.backend: ray``).
 """
 
 from __future__ import annotations
@@ -11,19 +12,26 @@ from typing import Any
 import gymnasium as gym
 
 import orsd_gym  # noqa: F401  (registers the built-in envs)
+from orsd_gym.rollout.envpool import SlotPool
 from orsd_gym.train.config import EnvConfig
 
+Envs = list[gym.Env] | gym.vector.VectorEnv | SlotPool
 
-def make_envs(env: EnvConfig, kwargs: dict[str, Any], count: int) -> list[gym.Env] | gym.vector.VectorEnv:
+
+def make_envs(env: EnvConfig, kwargs: dict[str, Any], count: int) -> Envs:
     """``count`` envs of ``env.id`` made with ``kwargs`` and the run's step limit."""
     kwargs = dict(kwargs)
     if env.max_episode_steps is not None:
         kwargs["max_episode_steps"] = env.max_episode_steps
+    if env.backend == "ray":
+        from orsd_gym.rollout.ray_envs import RayEnvSlots
+
+        return RayEnvSlots(env.id, count, kwargs, envs_per_actor=env.envs_per_actor, cpus_per_actor=env.cpus_per_actor)
     if env.vectorization == "async":
         return gym.make_vec(env.id, num_envs=count, vectorization_mode="async", **kwargs)
     return [gym.make(env.id, **kwargs) for _ in range(count)]
 
 
-def close_envs(envs: list[gym.Env] | gym.vector.VectorEnv | None) -> None:
+def close_envs(envs: Envs | None) -> None:
     for env in envs if isinstance(envs, list) else [envs] if envs is not None else []:
         env.close()

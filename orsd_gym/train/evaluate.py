@@ -16,24 +16,32 @@ from orsd_gym.train.config import Config
 from orsd_gym.train.envs import close_envs, make_envs
 from orsd_gym.train.plan import TaskPlan, build_task_plan
 from orsd_gym.train.seeds import EVAL, iteration_seed
+from orsd_gym.train.workers import SINGLE, Workers
 
 
 def evaluate(
-    policy: Policy, envs, plan: TaskPlan, config: Config, seed: int
+    policy: Policy, envs, plan: TaskPlan, config: Config, seed: int, workers: Workers = SINGLE
 ) -> tuple[list[Trajectory], dict[str, float]]:
     """Play the plan's evaluation tasks (``eval.group_size`` attempts each, ``eval.temperature``);
-    returns the trajectories and per-episode ``eval/*`` metrics."""
+    returns the trajectories and per-episode ``eval/*`` metrics. Data-parallel workers each
+    play their share of the tasks; worker 0 returns every worker's, the others nothing."""
     started = time.perf_counter()
+    mine = workers.share(len(plan.eval))
     with torch.no_grad():
         trajectories = collect(
             envs,
             policy,
-            [task.spec for task in plan.eval],
+            [plan.eval[i].spec for i in mine],
             group_size=config.eval.group_size,
             sampling=config.rollout.sampling(config.eval.temperature, seed),
             options=config.rollout,
             seed=seed,
+            first_group=mine.start,
         )
+    everyone = workers.gather(trajectories)
+    if everyone is None:
+        return [], {}
+    trajectories = [t for part in everyone for t in part]
     stats = rollout_stats(trajectories)
     result = {f"eval/{k}": v for k, v in stats.items() if k != "env_steps"}
     result["eval/time"] = time.perf_counter() - started

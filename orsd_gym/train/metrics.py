@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Mapping, Sequence, Set
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,27 @@ class MetricsWriter:
     def close(self) -> None:
         if self._tensorboard is not None:
             self._tensorboard.close()
+
+
+def combine_worker_metrics(parts: Sequence[tuple[Mapping[str, float], int]], summed: Set[str]) -> dict[str, float]:
+    """One record from the algorithm metrics each data-parallel worker computed on its own
+    groups (``parts``: the metrics and the group count of every worker). ``summed`` keys are
+    totals and are summed; ``time/`` keys are durations and take the slowest worker's (the
+    others wait for it); every other key is a mean over groups or episodes, averaged weighted
+    by group count. One worker's metrics come back unchanged."""
+    if len(parts) == 1:
+        return dict(parts[0][0])
+    combined: dict[str, float] = {}
+    for key in dict.fromkeys(key for metrics, _ in parts for key in metrics):
+        values = [(float(metrics[key]), groups) for metrics, groups in parts if key in metrics]
+        if key in summed:
+            combined[key] = sum(value for value, _ in values)
+        elif key.startswith("time/"):
+            combined[key] = max(value for value, _ in values)
+        else:
+            weight = sum(groups for _, groups in values)
+            combined[key] = sum(value * groups for value, groups in values) / weight if weight else 0.0
+    return combined
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:

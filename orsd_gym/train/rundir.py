@@ -7,7 +7,10 @@ Before a run writes anything, `claim_run_directory` checks the directory against
 * ``--resume`` needs a run with a checkpoint to resume ("nothing to resume" otherwise), and
   refuses any setting that differs from the run's saved ``config.yaml`` (naming each key and
   both values), except the safe ones the caller allows explicitly (`SAFE_CHANGES`: more
-  iterations, checkpoint and evaluation cadence, threads); allowed changes are appended to
+  iterations, checkpoint and evaluation cadence, threads, where and how many envs run);
+  ``train.workers`` is not one of them (ORSD's own sampling draws one stream per worker), so a
+  data-parallel run resumes with the number of workers it started with (a setting the saved
+  record lacks because it was added to the package later counts as its default); allowed changes are appended to
   ``changes.jsonl`` so the run still says what trained it.
 """
 
@@ -50,11 +53,16 @@ SAFE_CHANGES = frozenset(
         "eval.every",
         "env.num_envs",
         "env.vectorization",
+        "env.backend",
+        "env.envs_per_actor",
+        "env.cpus_per_actor",
+        "train.cpus_per_worker",
     }
 )
-#: Settings that never matter for a resumption: how progress is shown, and where the run
-#: directory is (a run moved or copied elsewhere resumes where it is).
-IGNORED = frozenset({"logging.live", "logging.tensorboard", "train.output_dir"})
+#: Settings that never matter for a resumption: how progress is shown, where the run
+#: directory is (a run moved or copied elsewhere resumes where it is) and which Ray cluster
+#: runs it.
+IGNORED = frozenset({"logging.live", "logging.tensorboard", "train.output_dir", "ray.address"})
 
 
 @dataclass
@@ -72,9 +80,12 @@ def claim_run_directory(
     resume: bool,
     overwrite: bool = False,
     allow_changes: Iterable[str] = (),
+    defaults: Mapping[str, Any] | None = None,
 ) -> Claim:
     """Check ``output_dir`` for a run of ``record`` (the run's `run_record`) before anything is
-    written; raises `RunDirectoryError` with what to do when the directory cannot be used."""
+    written; raises `RunDirectoryError` with what to do when the directory cannot be used.
+    ``defaults`` (a `run_record` of the default config) stands in for settings a run saved
+    before they existed."""
     root = Path(output_dir)
     existing = [name for name in RUN_FILES if (root / name).exists()]
     if not resume:
@@ -96,7 +107,7 @@ def claim_run_directory(
     if not saved_path.is_file():
         raise RunDirectoryError(f"{root} has checkpoints but no config.yaml: it cannot show what it was trained with")
     saved = yaml.safe_load(saved_path.read_text(encoding="utf-8"))
-    differences = config_differences(saved, record)
+    differences = config_differences(saved, record, defaults)
     allowed = set(allow_changes)
     unknown = allowed - SAFE_CHANGES
     if unknown:
@@ -128,9 +139,14 @@ def record_changes(output_dir: str | Path, claim: Claim) -> None:
             handle.write(json.dumps({"time": time.time(), "at_checkpoint": claim.resume_from, **change}) + "\n")
 
 
-def config_differences(saved: Mapping[str, Any], requested: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
-    """Dotted key -> (saved, requested) for every leaf setting that differs (`IGNORED` aside)."""
+def config_differences(
+    saved: Mapping[str, Any], requested: Mapping[str, Any], defaults: Mapping[str, Any] | None = None
+) -> dict[str, tuple[Any, Any]]:
+    """Dotted key -> (saved, requested) for every leaf setting that differs (`IGNORED` aside); a
+    key ``saved`` lacks takes its value in ``defaults``, when given."""
     left, right = _flatten(saved), _flatten(requested)
+    if defaults is not None:
+        left = {**{k: v for k, v in _flatten(defaults).items() if k not in left}, **left}
     return {
         key: (left.get(key), right.get(key))
         for key in sorted(set(left) | set(right))

@@ -7,6 +7,10 @@ Everything else an iteration depends on comes from ``(train.seed, iteration)``
 the mini-batch order. A resumed run therefore replays exactly what the uninterrupted run would
 have done, and two algorithms run with the same seed see the same training tasks and the same
 held-out evaluation tasks.
+
+The same trainer runs in every worker of a data-parallel run (`orsd_gym.train.workers`): each
+plays its share of the iteration's task groups and of the evaluation tasks, and worker 0
+alone touches the run directory, from what the others send it.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from safetensors.torch import load_file
 
 from orsd_gym import configio
 from orsd_gym.algos.base import PreparedBatch, make_algorithm
+from orsd_gym.errors import ConfigError
 from orsd_gym.policies.models import load_policy
 from orsd_gym.rollout.collector import collect
 from orsd_gym.rollout.stats import rollout_stats
@@ -36,16 +41,17 @@ from orsd_gym.train.checkpoint import (
     save_checkpoint,
     split_optimizer_state,
 )
-from orsd_gym.train.config import Config, resolve_algo, run_record
+from orsd_gym.train.config import AlgoConfig, Config, resolve_algo, run_record
 from orsd_gym.train.console import LiveView
 from orsd_gym.train.envs import close_envs, make_envs
 from orsd_gym.train.evaluate import evaluate
-from orsd_gym.train.metrics import MetricsWriter
+from orsd_gym.train.metrics import MetricsWriter, combine_worker_metrics
 from orsd_gym.train.plan import build_task_plan
-from orsd_gym.train.rundir import claim_run_directory, record_changes
+from orsd_gym.train.rundir import Claim, claim_run_directory, record_changes
 from orsd_gym.train.seeds import ALGO, EVAL, ROLLOUT, iteration_rng, iteration_seed
 from orsd_gym.train.update import make_optimizer, update_policy
 from orsd_gym.train.warm_start import ensure_warm_start
+from orsd_gym.train.workers import SINGLE, Workers
 
 
 @dataclass
@@ -54,6 +60,8 @@ class RunSummary:
     iterations_done: int
     final_eval: dict[str, float] | None
     resumed_from: int | None
+    #: The data-parallel worker whose summary this is (only worker 0's has the evaluation).
+    worker: int = 0
 
 
 class Trainer:
@@ -65,7 +73,8 @@ class Trainer:
 
     ``resume`` continues the run in ``train.output_dir`` (refused when its settings differ from
     this config's, except ``allow_changes``: see `orsd_gym.train.rundir`); ``overwrite`` replaces
-    a run already there.
+    a run already there. ``workers`` is this process's place in a data-parallel run of
+    ``train.workers`` workers (`orsd_gym.train.launch` starts them); only worker 0 prints.
     """
 
     def __init__(
@@ -77,23 +86,23 @@ class Trainer:
         allow_changes: Sequence[str] = (),
         live: bool | None = None,
         console: Console | None = None,
+        workers: Workers = SINGLE,
     ) -> None:
+        if workers.size != config.train.workers:
+            raise ConfigError(
+                f"train.workers={config.train.workers} but this process is one of {workers.size}: start the "
+                "workers with `orsd-gym train` (orsd_gym.train.launch.train) or torchrun"
+            )
         self.config = config
+        self.workers = workers
         self.algo_config = resolve_algo(config)
         self.plan = build_task_plan(config)
         self.output_dir = Path(config.train.output_dir)
-        record = run_record(config)
-        self.claim = claim_run_directory(
-            self.output_dir, record, resume=resume, overwrite=overwrite, allow_changes=allow_changes
-        )
         self.resume = resume
-        self.live = config.logging.live if live is None else live
-        self.console = console or Console()
-        self.output_dir.mkdir(parents=True, exist_ok=True)
-        record_changes(self.output_dir, self.claim)
-        (self.output_dir / "config.yaml").write_text(yaml.safe_dump(record, sort_keys=False))
-        plan = {"summary": self.plan.summary(), "keys": self.plan.keys()}
-        (self.output_dir / "task_plan.json").write_text(json.dumps(plan, indent=1))
+        main = workers.is_main
+        self.live = (config.logging.live if live is None else live) and main
+        self.console = (console or Console()) if main else Console(quiet=True)
+        self.claim = workers.on_main(lambda: self._claim(resume, overwrite, allow_changes))
         for warning in self.plan.warnings:
             self.console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
         if config.train.threads:
@@ -102,23 +111,26 @@ class Trainer:
             torch.use_deterministic_algorithms(True, warn_only=True)
 
         model = config.model
+        device = workers.device(model.device)
         self.policy = load_policy(
             model.name,
-            device=model.device,
+            device=device,
             dtype=model.dtype,
             lora=model.lora.settings(),
             seed=config.train.seed,
             token_budget=config.optim.micro_batch_tokens,
             gradient_checkpointing=model.gradient_checkpointing,
         )
-        self.warm_start_metrics = self._start_weights()
+        self.warm_start_metrics = workers.on_main(self._start_weights)
+        # Every replica starts from worker 0's weights (its warm start), as DDP's do.
+        workers.broadcast_parameters(self.policy.trainable_parameters())
         # Reference and verifier are frozen copies of the weights training starts from, taken
         # before a checkpoint is loaded, so a resumed run judges with the same models.
         reference = self.policy.copy_frozen() if self.algo_config.needs_reference else None
         verifier = None
         if self.algo_config.needs_verifier:
             verifier = (
-                load_policy(model.verifier, device=model.device, dtype=model.dtype).copy_frozen()
+                load_policy(model.verifier, device=device, dtype=model.dtype).copy_frozen()
                 if model.verifier
                 else self.policy.copy_frozen()
             )
@@ -131,6 +143,20 @@ class Trainer:
         self.metrics: MetricsWriter | None = None
         self._envs = None
         self._eval_envs = None
+
+    def _claim(self, resume: bool, overwrite: bool, allow_changes: Sequence[str]) -> Claim:
+        """Check the run directory, then write the run's record there (worker 0 only)."""
+        record = run_record(self.config)
+        defaults = run_record(Config(algo=AlgoConfig(name=self.config.algo.name)))
+        claim = claim_run_directory(
+            self.output_dir, record, resume=resume, overwrite=overwrite, allow_changes=allow_changes, defaults=defaults
+        )
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        record_changes(self.output_dir, claim)
+        (self.output_dir / "config.yaml").write_text(yaml.safe_dump(record, sort_keys=False))
+        plan = {"summary": self.plan.summary(), "keys": self.plan.keys()}
+        (self.output_dir / "task_plan.json").write_text(json.dumps(plan, indent=1))
+        return claim
 
     def _start_weights(self) -> dict[str, float] | None:
         """Start from ``model.init_weights`` and/or a (cached) behaviour-cloning warm start."""
@@ -148,9 +174,10 @@ class Trainer:
     # ------------------------------------------------------------------ envs
     @property
     def envs(self):
-        """The training side's envs."""
+        """The training side's envs (enough for this worker's share of an iteration's groups)."""
         if self._envs is None:
-            episodes = self.config.rollout.tasks_per_iteration * self.config.rollout.group_size
+            rollout = self.config.rollout
+            episodes = self.workers.most(rollout.tasks_per_iteration) * rollout.group_size
             self._envs = make_envs(self.config.env, self.plan.train_kwargs, self.config.env.num_envs or episodes)
         return self._envs
 
@@ -160,7 +187,7 @@ class Trainer:
         if self.plan.eval_kwargs == self.plan.train_kwargs:
             return self.envs
         if self._eval_envs is None:
-            episodes = self.config.eval.num_tasks * self.config.eval.group_size
+            episodes = max(1, self.workers.most(self.config.eval.num_tasks)) * self.config.eval.group_size
             self._eval_envs = make_envs(self.config.env, self.plan.eval_kwargs, self.config.env.num_envs or episodes)
         return self._eval_envs
 
@@ -171,19 +198,23 @@ class Trainer:
 
     # ------------------------------------------------------------------ resume and checkpoints
     def _restore(self) -> int:
-        """Load the newest good checkpoint; return the first iteration still to run."""
-        checkpoint = latest_good_checkpoint(self.output_dir / "checkpoints")
+        """Load the newest good checkpoint (worker 0 reads it, every worker loads it); return the
+        first iteration still to run."""
+        checkpoint = self.workers.on_main(lambda: latest_good_checkpoint(self.output_dir / "checkpoints"))
         if checkpoint is None:
-            self.metrics = self._open_metrics(None)
+            if self.workers.is_main:
+                self.metrics = self._open_metrics(None)
             return 0
         state = checkpoint.state
         self.policy.load_state_dict(checkpoint.policy_state)
         self.optimizer.load_state_dict(join_optimizer_state(checkpoint.optimizer_tensors, state["optimizer"]))
         self.scheduler.load_state_dict(state["scheduler"])
         self.algorithm.load_state_dict(state.get("algorithm", {}))
-        torch.set_rng_state(torch.tensor(state["torch_rng"], dtype=torch.uint8))
+        rng = state.get("worker_torch_rng", [state["torch_rng"]])[self.workers.rank]
+        torch.set_rng_state(torch.tensor(rng, dtype=torch.uint8))
         self.env_steps = int(state["env_steps"])
-        self.metrics = self._open_metrics(int(state["metrics_offset"]))
+        if self.workers.is_main:
+            self.metrics = self._open_metrics(int(state["metrics_offset"]))
         self.resumed_from = checkpoint.iteration
         return checkpoint.iteration
 
@@ -192,6 +223,10 @@ class Trainer:
         return MetricsWriter(self.output_dir / "metrics.jsonl", tensorboard_dir=tensorboard_dir, resume_offset=offset)
 
     def _checkpoint(self, iteration: int) -> None:
+        """Worker 0 writes the checkpoint; the replicas are identical but for their RNG states."""
+        rngs = self.workers.gather(torch.get_rng_state().tolist())
+        if not self.workers.is_main:
+            return
         tensors, optimizer_rest = split_optimizer_state(self.optimizer.state_dict())
         state = {
             "iteration": iteration,
@@ -199,10 +234,12 @@ class Trainer:
             "optimizer": optimizer_rest,
             "scheduler": self.scheduler.state_dict(),
             "algorithm": self.algorithm.state_dict(),
-            "torch_rng": torch.get_rng_state().tolist(),
+            "torch_rng": rngs[0],
             "env_steps": self.env_steps,
             "metrics_offset": self.metrics.offset,
         }
+        if self.workers.size > 1:
+            state["worker_torch_rng"] = rngs
         save_checkpoint(
             self.output_dir / "checkpoints",
             iteration,
@@ -214,18 +251,20 @@ class Trainer:
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> RunSummary:
+        """Train; worker 0's summary says how the run ended (the others' has no evaluation)."""
         cfg = self.config
+        main = self.workers.is_main
         start = self._restore() if self.resume else 0
         if self.resume:
             self.console.print(self._resume_message(start), highlight=False)
-        if self.metrics is None:
+        if self.metrics is None and main:
             self.metrics = self._open_metrics(None)
-        (self.output_dir / "audit").mkdir(exist_ok=True)
+            (self.output_dir / "audit").mkdir(exist_ok=True)
         final_eval = None
         title = f"{cfg.algo.name} on {cfg.env.id}"
         try:
             with LiveView(title, cfg.train.iterations, start, enabled=self.live, console=self.console) as view:
-                if self.warm_start_metrics:
+                if self.warm_start_metrics and main:
                     (self.output_dir / "warm_start.json").write_text(json.dumps(self.warm_start_metrics, indent=1))
                 if start == 0 and cfg.eval.every > 0:
                     view.phase("eval")
@@ -237,13 +276,17 @@ class Trainer:
                         view.phase("eval")
                         final_eval = self._evaluate(done)
                         record.update(final_eval)
-                    self.metrics.write(record)
-                    view.update(done, record)
+                    if main:
+                        self.metrics.write(record)
+                        view.update(done, record)
                     if done % cfg.train.checkpoint_every == 0 or done == cfg.train.iterations:
                         self._checkpoint(done)
         finally:
-            self.metrics.close()
+            if self.metrics is not None:
+                self.metrics.close()
             self._close_envs()
+        if not main:
+            return RunSummary(self.output_dir, cfg.train.iterations, None, self.resumed_from, self.workers.rank)
         return RunSummary(self.output_dir, cfg.train.iterations, final_eval or self._last_eval(), self.resumed_from)
 
     def _resume_message(self, start: int) -> str:
@@ -264,36 +307,48 @@ class Trainer:
         return {k: v for k, v in json.loads(lines[-1]).items() if k.startswith("eval/")}
 
     def _iteration(self, iteration: int, view: LiveView) -> dict[str, Any]:
+        """One iteration of this worker; the record to log (worker 0's; the others' is partial)."""
         cfg = self.config
         seed = cfg.train.seed
+        workers = self.workers
         record: dict[str, Any] = {"iteration": iteration + 1}
 
         view.phase(f"rollout {iteration + 1}")
         started = time.perf_counter()
         rollout_seed = iteration_seed(seed, iteration, ROLLOUT)
+        groups = self.plan.train[iteration]
+        mine = workers.share(len(groups))
         trajectories = collect(
             self.envs,
             self.policy,
-            [task.spec for task in self.plan.train[iteration]],
+            [groups[g].spec for g in mine],
             group_size=cfg.rollout.group_size,
             sampling=cfg.rollout.sampling(cfg.rollout.temperature, rollout_seed),
             options=cfg.rollout,
             seed=rollout_seed,
+            first_group=mine.start,
         )
         record["time/rollout"] = time.perf_counter() - started
-        stats = rollout_stats(trajectories)
-        self.env_steps += int(stats.pop("env_steps"))
-        record.update({f"train/{k}": v for k, v in stats.items()})
-        record["env_steps"] = self.env_steps
 
         view.phase(f"advantages {iteration + 1}")
         started = time.perf_counter()
-        batch = self.algorithm.prepare(
-            trajectories, self.policy, iteration=iteration, rng=iteration_rng(seed, iteration, ALGO)
-        )
+        rng = iteration_rng(seed, iteration, ALGO, *workers.stream())
+        batch = self.algorithm.prepare(trajectories, self.policy, iteration=iteration, rng=rng)
+        if workers.size > 1:  # e.g. ORSD's offline rubrics: every worker learns what any wrote
+            self.algorithm.load_state_dict(
+                self.algorithm.merge_worker_states(workers.all_gather(self.algorithm.state_dict()))
+            )
         record["time/prepare"] = time.perf_counter() - started
-        record.update(_namespaced(batch.metrics, "algo"))
-        self._write_audit(iteration + 1, batch)
+        parts = workers.gather((batch, len(mine)))
+        if parts is not None:
+            batches = [part for part, _ in parts]
+            stats = rollout_stats([t for part in batches for t in part.trajectories])
+            self.env_steps += int(stats.pop("env_steps"))
+            record.update({f"train/{k}": v for k, v in stats.items()})
+            record["env_steps"] = self.env_steps
+            metrics = combine_worker_metrics([(part.metrics, n) for part, n in parts], self.algorithm.summed_metrics)
+            record.update(_namespaced(metrics, "algo"))
+            self._write_audit(iteration + 1, batches)
 
         view.phase(f"update {iteration + 1}")
         started = time.perf_counter()
@@ -306,6 +361,7 @@ class Trainer:
             cfg.optim,
             seed=seed,
             iteration=iteration,
+            workers=workers,
         )
         record.update(_namespaced(losses, "loss"))
         record["time/update"] = time.perf_counter() - started
@@ -313,8 +369,11 @@ class Trainer:
         return record
 
     def _evaluate(self, iteration: int) -> dict[str, float]:
+        """Evaluate (each worker its share of the tasks); worker 0 records and returns the result."""
         seed = iteration_seed(self.config.train.seed, iteration, EVAL)
-        _, result = evaluate(self.policy, self.eval_envs, self.plan, self.config, seed)
+        _, result = evaluate(self.policy, self.eval_envs, self.plan, self.config, seed, self.workers)
+        if not self.workers.is_main:
+            return result
         record = {"iteration": iteration, "env_steps": self.env_steps, **result}
         with open(self.output_dir / "eval.jsonl", "a", encoding="utf-8") as handle:
             handle.write(json.dumps(record) + "\n")
@@ -322,14 +381,19 @@ class Trainer:
             os.fsync(handle.fileno())
         return result
 
-    def _write_audit(self, iteration: int, batch: PreparedBatch) -> None:
+    def _write_audit(self, iteration: int, batches: list[PreparedBatch]) -> None:
+        """The iteration's trajectories, per-token extras and group records, of every worker in
+        rank order (so in group order)."""
         directory = self.output_dir / "audit" / f"iter_{iteration:06d}"
         directory.mkdir(parents=True, exist_ok=True)
-        save_jsonl(batch.trajectories, directory / "trajectories.jsonl")
-        extras = {key: [t.tolist() for t in tensors] for key, tensors in batch.token_extras.items()}
-        extras["advantages"] = [t.tolist() for t in batch.advantages]
+        save_jsonl([t for batch in batches for t in batch.trajectories], directory / "trajectories.jsonl")
+        extras = {
+            key: [t.tolist() for batch in batches for t in batch.token_extras[key]] for key in batches[0].token_extras
+        }
+        extras["advantages"] = [t.tolist() for batch in batches for t in batch.advantages]
         (directory / "token_extras.json").write_text(json.dumps(extras))
-        (directory / "groups.json").write_text(json.dumps(batch.audit, indent=1, default=str))
+        groups = [record for batch in batches for record in batch.audit]
+        (directory / "groups.json").write_text(json.dumps(groups, indent=1, default=str))
 
 
 def _namespaced(metrics: dict[str, float], namespace: str) -> dict[str, float]:

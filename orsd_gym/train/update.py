@@ -6,6 +6,11 @@ gradient is accumulated micro-batch by micro-batch, each micro-batch at most
 ``optim.micro_batch_tokens`` padded tokens (the same budget the policy's own scoring uses), then
 clipped to ``optim.grad_clip``. The policy is in train mode (dropout on, e.g. LoRA's) only
 while it updates. The trainer and the benchmarks both call `update_policy`.
+
+Data-parallel workers (`orsd_gym.train.workers`) each split their own batch into the same
+number of mini-batches and all-reduce the accumulated gradients before clipping, so every
+optimiser step is one step on the union of the workers' mini-batches, clipped by its global
+norm, and the replicas stay identical.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from orsd_gym.policies.base import Policy
 from orsd_gym.rollout.trajectory import Trajectory
 from orsd_gym.train.config import OptimConfig
 from orsd_gym.train.seeds import UPDATE, iteration_rng
+from orsd_gym.train.workers import SINGLE, Workers
 
 
 def update_policy(
@@ -33,22 +39,26 @@ def update_policy(
     *,
     seed: int,
     iteration: int,
+    workers: Workers = SINGLE,
 ) -> dict[str, float]:
-    """Run the update; returns the loss metrics averaged over trajectories and the mean grad norm."""
+    """Run the update; returns the loss metrics averaged over trajectories (of every worker)
+    and the mean grad norm."""
     policy.set_training(True)
     try:
-        return _optimise(policy, algorithm, batch, optimizer, scheduler, optim, seed, iteration)
+        return _optimise(policy, algorithm, batch, optimizer, scheduler, optim, seed, iteration, workers)
     finally:
         policy.set_training(False)
 
 
-def _optimise(policy, algorithm, batch, optimizer, scheduler, optim: OptimConfig, seed: int, iteration: int):
+def _optimise(
+    policy, algorithm, batch, optimizer, scheduler, optim: OptimConfig, seed: int, iteration: int, workers: Workers
+):
     n = len(batch.trajectories)
     sums: dict[str, float] = {}
     counts: dict[str, int] = {}
     grad_norms = []
     for epoch in range(optim.epochs):
-        order = iteration_rng(seed, iteration, UPDATE, epoch).permutation(n)
+        order = iteration_rng(seed, iteration, UPDATE, epoch, *workers.stream()).permutation(n)
         for minibatch in np.array_split(order, min(optim.minibatches, n)):
             minibatch = [int(i) for i in minibatch]
             optimizer.zero_grad(set_to_none=True)
@@ -59,10 +69,13 @@ def _optimise(policy, algorithm, batch, optimizer, scheduler, optim: OptimConfig
                     sums[key] = sums.get(key, 0.0) + float(value) * len(micro)
                     counts[key] = counts.get(key, 0) + len(micro)
             params = policy.trainable_parameters()
+            workers.all_reduce_gradients(params, algorithm.minibatch_weight(batch, minibatch))
             norm = torch.nn.utils.clip_grad_norm_(params, optim.grad_clip if optim.grad_clip > 0 else math.inf)
             grad_norms.append(float(norm))
             optimizer.step()
             scheduler.step()
+    sums = workers.sum(sums)
+    counts = workers.sum(counts)
     out = {key: sums[key] / counts[key] for key in sums}
     out["grad_norm"] = float(np.mean(grad_norms)) if grad_norms else 0.0
     return out

@@ -1,4 +1,5 @@
-"""Checks of a config's names before anything loads: env id, env arguments, model names.
+"""Checks of a config's names before anything loads: env id, env arguments, model names, and
+whether its data-parallel settings can work.
 
 Each failure is a `ConfigError` naming the key, with a suggestion where one is close, raised
 in well under a second (no model, engine or dataset is loaded). What can only be judged by
@@ -29,8 +30,8 @@ MAKE_KWARGS = frozenset({"max_episode_steps", "disable_env_checker", "autoreset"
 
 def validate_settings(config: Config, algo_settings: Any) -> None:
     """The env id and its constructor arguments (training, evaluation and warm-start sides), the
-    model names of ``config``, and what the algorithm's settings (``resolve_algo``) need of the
-    env; raises `ConfigError` on the first bad one."""
+    model names and the data-parallel settings of ``config``, and what the algorithm's settings
+    (``resolve_algo``) need of the env; raises `ConfigError` on the first bad one."""
     creator = env_creator(config.env.id)
     if algo_settings.needs_expert_plans and not config.env.kwargs.get("expert"):
         raise ConfigError(
@@ -48,6 +49,36 @@ def validate_settings(config: Config, algo_settings: Any) -> None:
                 check_model_name(name)
             except ModelNotFoundError as error:
                 raise ConfigError(f"{key}: {error}") from error
+    check_workers(config)
+
+
+def check_workers(config: Config) -> None:
+    """Data-parallel workers each need a task group of every iteration (a group never spans
+    workers) and take the same number of optimiser steps; a GPU per worker needs a CUDA model."""
+    train, rollout, optim = config.train, config.rollout, config.optim
+    if train.use_gpu and config.model.device != "cuda":
+        raise ConfigError(
+            f"train.use_gpu=true runs the model on each worker's GPU: set model.device=cuda "
+            f"(it is {config.model.device!r})"
+        )
+    if train.workers == 1:
+        return
+    if config.model.device.startswith("cuda:"):
+        raise ConfigError(
+            f"model.device={config.model.device!r} with train.workers={train.workers}: set model.device=cuda "
+            "(each worker uses its own GPU)"
+        )
+    if rollout.tasks_per_iteration < train.workers:
+        raise ConfigError(
+            f"train.workers={train.workers} needs rollout.tasks_per_iteration >= {train.workers} "
+            f"(it is {rollout.tasks_per_iteration}): every worker plays whole task groups"
+        )
+    fewest = rollout.tasks_per_iteration // train.workers * rollout.group_size
+    if optim.minibatches > fewest:
+        raise ConfigError(
+            f"optim.minibatches={optim.minibatches} but a worker may have only {fewest} episodes per iteration "
+            f"with train.workers={train.workers}: every worker must take the same optimiser steps"
+        )
 
 
 def env_creator(env_id: str) -> Callable[..., gym.Env]:

@@ -180,6 +180,7 @@ class ORSD(GRPO):
     name = "orsd"
     config_class = ORSDConfig
     config: ORSDConfig
+    summed_metrics = frozenset({"num_groups", "orsd/bundles_parsed"})
 
     def __init__(self, config=None, *, reference: Policy | None = None, verifier: Policy | None = None) -> None:
         super().__init__(config, reference=reference, verifier=verifier)
@@ -549,6 +550,15 @@ class ORSD(GRPO):
             "offline_bundles": {k: [list(b) for b in v] for k, v in self.offline_bundles.items()},
             "shuffled_pool": self.shuffled.state(),
         }
+
+    def merge_worker_states(self, states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """Every worker's offline bundles, so each knows every task any worker proposed for
+        (the first worker's bundles win a task two workers proposed for in one iteration)."""
+        merged: dict[str, list[list[str]]] = {}
+        for state in states:
+            for task, bundles in dict(state.get("offline_bundles", {})).items():
+                merged.setdefault(task, bundles)
+        return {"offline_bundles": merged}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         unknown = set(state) - {"offline_bundles", "shuffled_pool"}
