@@ -1,7 +1,7 @@
 """The README's code blocks, executed, so they cannot drift from the code.
 
-Python blocks run in order as one script (later blocks use names earlier ones import), from the
-repository root, scaled down: the embedded model becomes the tiny random one. Every
+Python blocks run in order as one script (later blocks use names earlier ones import), in a
+scratch directory (files they write stay out of the checkout), scaled down: the embedded model becomes the tiny random one. Every
 ``orsd-gym`` command line of the bash blocks is parsed by the real command-line parser, and the
 config its training commands name (file and dotted overrides) is loaded and validated; every
 ``make`` target they name exists.
@@ -31,9 +31,10 @@ def _python_script() -> str:
     script = "\n\n".join(code for kind, code in BLOCKS if kind == "python")
     for full, small in SCALE_DOWN.items():
         script = script.replace(full, small)
-    if not (ROOT.parent / "shared" / "data" / "webshop").is_dir():
-        # Without the official data the WebShop block runs on the embedded synthetic catalog.
-        script = script.replace('data_dir="../shared/data/webshop"', "data_dir=None")
+    webshop = ROOT.parent / "shared" / "data" / "webshop"
+    # Without the official data the WebShop block runs on the embedded synthetic catalog.
+    data_dir = repr(str(webshop)) if webshop.is_dir() else "None"
+    script = script.replace('data_dir="../shared/data/webshop"', f"data_dir={data_dir}")
     return script
 
 
@@ -52,7 +53,7 @@ def test_python_blocks_run(tmp_path):
     script = tmp_path / "readme_blocks.py"
     script.write_text(_python_script(), encoding="utf-8")
     env = {**__import__("os").environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=900, env=env)
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=900, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
 
 
