@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import copy
 import inspect
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from torch.utils.checkpoint import checkpoint
 from orsd_gym.errors import ContextTooLongError
 from orsd_gym.policies.base import Completion, FinishReason, SamplingParams
 from orsd_gym.policies.chat import ChatRenderer
+from orsd_gym.profiling import count, phase
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,38 @@ def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return n
 
 
+#: Shorter common prefixes are not worth a forward pass of their own.
+MIN_SHARED_PREFIX = 16
+
+
+def _shared_prefix_groups(contexts: Sequence[Sequence[int]], candidates: Sequence[int]) -> list[tuple[list[int], int]]:
+    """Groups of ``candidates`` whose common prefix is encoded once, with its length (each row
+    keeps at least one token to feed), chosen to save the most tokens.
+
+    Sorted contexts put rows with long common prefixes next to each other (a run's common prefix
+    is the shortest link between neighbours); a run is kept whole or split at its shortest
+    link, whichever saves more: a batch of tasks shares the system prompt, each task's group
+    its whole prompt, and the groups win.
+    """
+    order = sorted(candidates, key=lambda i: contexts[i])
+    links = [_common_prefix(contexts[a], contexts[b]) for a, b in zip(order, order[1:], strict=False)]
+
+    def best(lo: int, hi: int) -> tuple[int, list[tuple[list[int], int]]]:  # rows order[lo:hi]
+        if hi - lo < 2:
+            return 0, []
+        run_links = links[lo : hi - 1]
+        cut = lo + 1 + run_links.index(min(run_links))
+        left_saved, left = best(lo, cut)
+        right_saved, right = best(cut, hi)
+        shared = min(min(run_links), *(len(contexts[i]) - 1 for i in order[lo:hi]))
+        whole = (hi - lo - 1) * shared if shared >= MIN_SHARED_PREFIX else 0
+        if whole > 0 and whole >= left_saved + right_saved:
+            return whole, [(order[lo:hi], shared)]
+        return left_saved + right_saved, left + right
+
+    return best(0, len(order))[1]
+
+
 class HFPolicy:
     """A transformers causal LM behind the `Policy` protocol.
 
@@ -122,6 +156,8 @@ class HFPolicy:
         token_budget: int = 16_384,
         logits_chunk: int = 1_024,
         gradient_checkpointing: bool = False,
+        share_prefixes: bool = True,
+        inference_dtype: str | torch.dtype | None = None,
     ) -> None:
         if token_budget < 1 or logits_chunk < 1:
             raise ValueError("token_budget and logits_chunk must be >= 1")
@@ -145,7 +181,15 @@ class HFPolicy:
         self._chat = ChatRenderer(tokenizer, chat_template_kwargs)
         self.token_budget = token_budget
         self.logits_chunk = logits_chunk
+        #: Encode a prefix that several rows of one `generate` call share once (same tokens).
+        self.share_prefixes = share_prefixes
         self.device = next(model.parameters()).device
+        weights_dtype = next(model.parameters()).dtype
+        #: The dtype sampling and scoring without gradients compute in: the weights' own, or a
+        #: lower precision through autocast (updates always compute in the weights' dtype).
+        self.inference_dtype = (
+            weights_dtype if inference_dtype is None else resolve_dtype(inference_dtype, self.device.type)
+        )
         self._generator = torch.Generator(device=self.device).manual_seed(seed)
         self.stop_token_ids = self._find_stop_token_ids()
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
@@ -170,7 +214,14 @@ class HFPolicy:
 
     @property
     def dtype(self) -> torch.dtype:
-        return self._lm_head.weight.dtype
+        """The dtype of sampling and of scoring without gradients (`inference_dtype`)."""
+        return self.inference_dtype
+
+    def _inference(self) -> Any:
+        """No gradients, and autocast to `inference_dtype` where it differs from the weights'."""
+        if self.inference_dtype == self._lm_head.weight.dtype:
+            return torch.no_grad()
+        return _no_grad_autocast(self.device.type, self.inference_dtype)
 
     @property
     def vocab_size(self) -> int:
@@ -236,7 +287,7 @@ class HFPolicy:
         generator = self._generator
         if params.seed is not None:
             generator = torch.Generator(device=self.device).manual_seed(params.seed)
-        with torch.no_grad():
+        with self._inference():
             return self._generate(contexts, params, sessions, generator)
 
     def _generate(
@@ -247,63 +298,116 @@ class HFPolicy:
         generator: torch.Generator,
     ) -> list[Completion]:
         batch = len(contexts)
-        reuse = [0] * batch
-        if sessions is not None and self.supports_prefix_cache:
-            for i, (ctx, session) in enumerate(zip(contexts, sessions, strict=True)):
-                if session.layers is not None:
-                    # At least one new token must be fed to get next-token logits.
-                    reuse[i] = min(_common_prefix(session.token_ids, ctx), len(ctx) - 1)
-        cached = max(reuse)
-        suffixes = [ctx[r:] for ctx, r in zip(contexts, reuse, strict=True)]
-        width = max(len(s) for s in suffixes)
-        pad = int(self._tokenizer.pad_token_id)
-
-        mask = torch.zeros(batch, cached + width, dtype=torch.long, device=self.device)
-        input_ids = torch.full((batch, width), pad, dtype=torch.long, device=self.device)
-        for i, (r, suffix) in enumerate(zip(reuse, suffixes, strict=True)):
-            mask[i, cached - r : cached] = 1
-            mask[i, cached + width - len(suffix) :] = 1
-            input_ids[i, width - len(suffix) :] = torch.tensor(suffix, device=self.device)
-        cache = self._batched_cache(sessions, reuse, cached)
-        logits = self._step(input_ids, mask, cache, cached)
+        with phase("prefill"):
+            reuse, shared, sources = self._prefix_sources(contexts, sessions)
+            cached = max(reuse)
+            suffixes = [ctx[r:] for ctx, r in zip(contexts, reuse, strict=True)]
+            width = max(len(s) for s in suffixes)
+            pad = int(self._tokenizer.pad_token_id)
+            mask = torch.zeros(batch, cached + width, dtype=torch.long, device=self.device)
+            input_ids = torch.full((batch, width), pad, dtype=torch.long, device=self.device)
+            for i, (r, suffix) in enumerate(zip(reuse, suffixes, strict=True)):
+                mask[i, cached - r : cached] = 1
+                mask[i, cached + width - len(suffix) :] = 1
+                input_ids[i, width - len(suffix) :] = torch.tensor(suffix, device=self.device)
+            cache = self._batched_cache(sources, reuse, cached)
+            logits = self._step(input_ids, mask, cache, cached)
+        count("prefill_tokens", sum(len(s) for s in suffixes))
         in_cache = [list(ctx) for ctx in contexts]
 
         tokens: list[list[int]] = [[] for _ in range(batch)]
         logprobs: list[list[float]] = [[] for _ in range(batch)]
         finish: list[FinishReason | None] = [None] * batch
-        for _ in range(params.max_new_tokens):
-            sampled, sampled_logprobs = _sample(logits, params, generator)
-            fed = torch.zeros(batch, dtype=torch.long, device=self.device)
-            next_ids = torch.full((batch,), pad, dtype=torch.long, device=self.device)
-            for i in range(batch):
-                if finish[i] is not None:
-                    continue
-                token = int(sampled[i])
-                tokens[i].append(token)
-                logprobs[i].append(float(sampled_logprobs[i]))
-                fed[i], next_ids[i] = 1, token
-                finish[i] = self._finish_reason(tokens[i], params)
-            if all(f is not None for f in finish):
-                break
-            # Feed each row's newest token (cached for the next turn even if the row just
-            # finished); rows finished earlier get a masked pad.
-            for i in range(batch):
-                if fed[i]:
-                    in_cache[i].append(int(next_ids[i]))
-            mask = torch.cat([mask, fed[:, None]], dim=1)
-            logits = self._step(next_ids[:, None], mask, cache, mask.shape[1] - 1)
-
-        if sessions is not None and self.supports_prefix_cache:
-            self._store_sessions(sessions, cache, mask, in_cache)
+        with phase("decode"):
+            for _ in range(params.max_new_tokens):
+                sampled, sampled_logprobs = _sample(logits, params, generator)
+                fed = torch.zeros(batch, dtype=torch.long, device=self.device)
+                next_ids = torch.full((batch,), pad, dtype=torch.long, device=self.device)
+                for i in range(batch):
+                    if finish[i] is not None:
+                        continue
+                    token = int(sampled[i])
+                    tokens[i].append(token)
+                    logprobs[i].append(float(sampled_logprobs[i]))
+                    fed[i], next_ids[i] = 1, token
+                    finish[i] = self._finish_reason(tokens[i], params)
+                if all(f is not None for f in finish):
+                    break
+                # Feed each row's newest token (cached for the next turn even if the row just
+                # finished); rows finished earlier get a masked pad.
+                for i in range(batch):
+                    if fed[i]:
+                        in_cache[i].append(int(next_ids[i]))
+                mask = torch.cat([mask, fed[:, None]], dim=1)
+                logits = self._step(next_ids[:, None], mask, cache, mask.shape[1] - 1)
+                count("decode_steps")
+                count("decode_row_steps", batch)
+            if sessions is not None and self.supports_prefix_cache:
+                self._store_sessions(sessions, cache, mask, in_cache)
+        count("sampled_tokens", sum(len(t) for t in tokens))
         completions = []
         for i in range(batch):
             reason = finish[i] or "length"
             body = tokens[i][:-1] if reason == "eos" else tokens[i]
             text = self._tokenizer.decode(body, skip_special_tokens=False)
-            completions.append(
-                Completion(list(tokens[i]), logprobs[i], text, reason, extra={"reused_prefix_tokens": reuse[i]})
-            )
+            extra = {
+                "reused_prefix_tokens": 0 if i in shared else reuse[i],
+                "shared_prefix_tokens": reuse[i] if i in shared else 0,
+            }
+            completions.append(Completion(list(tokens[i]), logprobs[i], text, reason, extra=extra))
         return completions
+
+    def _prefix_sources(
+        self, contexts: list[list[int]], sessions: Sequence[KVSession] | None
+    ) -> tuple[list[int], set[int], list[KVSession | None]]:
+        """Where each row's cached prefix comes from: ``(tokens reused, rows on a shared
+        prefix, the session holding them)``.
+
+        A row reuses its own session's longest common prefix with its context; rows that have
+        none but share a prefix with other rows of the call (a GRPO group's first turn, ORSD's
+        K proposals) start from one encoding of that prefix (`_shared_prefix_groups`).
+        """
+        batch = len(contexts)
+        reuse = [0] * batch
+        sources: list[KVSession | None] = [None] * batch
+        if not self.supports_prefix_cache:
+            return reuse, set(), sources
+        if sessions is not None:
+            for i, (ctx, session) in enumerate(zip(contexts, sessions, strict=True)):
+                if session.layers is not None:
+                    # At least one new token must be fed to get next-token logits.
+                    reuse[i] = min(_common_prefix(session.token_ids, ctx), len(ctx) - 1)
+                    sources[i] = session if reuse[i] > 0 else None
+        shared: set[int] = set()
+        if self.share_prefixes:
+            groups = _shared_prefix_groups(contexts, [i for i in range(batch) if reuse[i] == 0])
+            for (rows, _), session in zip(groups, self._encode_prefixes(contexts, groups), strict=True):
+                for i in rows:
+                    reuse[i], sources[i] = len(session.token_ids), session
+                shared.update(rows)
+        return reuse, shared, sources
+
+    def _encode_prefixes(self, contexts: list[list[int]], groups: list[tuple[list[int], int]]) -> list[KVSession]:
+        """One session per group holding the keys/values of the group's common prefix (one
+        left-padded forward pass for all groups)."""
+        if not groups:
+            return []
+        prefixes = [contexts[rows[0]][:length] for rows, length in groups]
+        width = max(len(p) for p in prefixes)
+        ids = torch.full((len(prefixes), width), int(self._tokenizer.pad_token_id), dtype=torch.long)
+        mask = torch.zeros(len(prefixes), width, dtype=torch.long)
+        for j, prefix in enumerate(prefixes):
+            ids[j, width - len(prefix) :] = torch.tensor(prefix)
+            mask[j, width - len(prefix) :] = 1
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        from transformers import DynamicCache
+
+        cache = DynamicCache()
+        self._step(ids, mask, cache, 0)
+        count("prefill_tokens", sum(len(p) for p in prefixes))
+        sessions = [KVSession() for _ in prefixes]
+        self._store_sessions(sessions, cache, mask, prefixes)
+        return sessions
 
     def _finish_reason(self, tokens: list[int], params: SamplingParams) -> FinishReason | None:
         if tokens[-1] in self.stop_token_ids:
@@ -331,21 +435,22 @@ class HFPolicy:
         )
         return out.logits[:, -1].float()
 
-    def _batched_cache(self, sessions: Sequence[KVSession] | None, reuse: list[int], cached: int) -> Any:
+    def _batched_cache(self, sources: Sequence[KVSession | None], reuse: list[int], cached: int) -> Any:
+        """A batch cache holding row ``i``'s first ``reuse[i]`` cached tokens right-aligned at ``cached``."""
         from transformers import DynamicCache
 
-        if cached == 0 or sessions is None:
+        if cached == 0:
             return DynamicCache()
-        donor = next(s.layers for s, r in zip(sessions, reuse, strict=True) if r > 0)
+        donor = next(s.layers for s, r in zip(sources, reuse, strict=True) if r > 0 and s is not None)
         data = []
         for layer, (key0, value0) in enumerate(donor):
             shape = (len(reuse), key0.shape[1], cached, key0.shape[3])
             keys = torch.zeros(shape, dtype=key0.dtype, device=self.device)
             values = torch.zeros(shape, dtype=value0.dtype, device=self.device)
-            for i, (session, r) in enumerate(zip(sessions, reuse, strict=True)):
-                if r > 0:
-                    keys[i, :, cached - r :] = session.layers[layer][0][0, :, :r]
-                    values[i, :, cached - r :] = session.layers[layer][1][0, :, :r]
+            for i, (source, r) in enumerate(zip(sources, reuse, strict=True)):
+                if r > 0 and source is not None:
+                    keys[i, :, cached - r :] = source.layers[layer][0][0, :, :r]
+                    values[i, :, cached - r :] = source.layers[layer][1][0, :, :r]
             data.append((keys, values))
         return DynamicCache(data)
 
@@ -404,8 +509,7 @@ class HFPolicy:
                     raise ValueError(f"loss_masks[{i}] has length {len(m)}, sequence has {len(seq)}")
         logps: list[torch.Tensor | None] = [None] * len(sequences)
         entropies: list[torch.Tensor | None] = [None] * len(sequences)
-        grad_mode = torch.enable_grad() if with_grad else torch.no_grad()
-        with grad_mode:
+        with torch.enable_grad() if with_grad else self._inference(), phase("forward" if with_grad else "score"):
             for batch in self._micro_batches([len(s) for s in sequences]):
                 rows = [sequences[i] for i in batch]
                 hidden = self._hidden(rows)
@@ -430,32 +534,41 @@ class HFPolicy:
                             selected[s : s + self.logits_chunk],
                             target_t[s : s + self.logits_chunk],
                             temperature,
-                            with_grad,
+                            with_grad=with_grad,
+                            entropy=return_entropy,
                         )
                         for s in range(0, n_sel, self.logits_chunk)
                     ]
                     sel_logp = torch.cat([p[0] for p in parts])
-                    sel_ent = torch.cat([p[1] for p in parts])
+                    if return_entropy:
+                        sel_ent = torch.cat([p[1] for p in parts])
                 start = 0
                 for j, i in enumerate(batch):
-                    count = counts[j]
-                    positions = torch.tensor(where_pos[start : start + count], device=self.device, dtype=torch.long)
+                    n = counts[j]
+                    positions = torch.tensor(where_pos[start : start + n], device=self.device, dtype=torch.long)
                     zeros = torch.zeros(len(sequences[i]), dtype=torch.float32, device=self.device)
-                    logps[i] = zeros.index_put((positions,), sel_logp[start : start + count])
+                    logps[i] = zeros.index_put((positions,), sel_logp[start : start + n])
                     if return_entropy:
-                        entropies[i] = zeros.index_put((positions,), sel_ent[start : start + count])
-                    start += count
+                        entropies[i] = zeros.index_put((positions,), sel_ent[start : start + n])
+                    start += n
         if return_entropy:
             return list(logps), list(entropies)  # type: ignore[arg-type]
         return list(logps)  # type: ignore[arg-type]
 
-    def _head_logprobs(self, hidden: torch.Tensor, targets: torch.Tensor, temperature: float, with_grad: bool):
-        def head(h: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            logits = self._lm_head(h).float() / temperature
+    def _head_logprobs(
+        self, hidden: torch.Tensor, targets: torch.Tensor, temperature: float, *, with_grad: bool, entropy: bool
+    ) -> tuple[torch.Tensor, ...]:
+        """``(log-probs,)`` of ``targets`` after ``hidden``, plus the entropies when ``entropy``."""
+
+        def head(h: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            logits = self._lm_head(h).float()
+            if temperature != 1.0:
+                logits = logits / temperature
             lse = torch.logsumexp(logits, dim=-1)
             logp = logits.gather(-1, y[:, None]).squeeze(-1) - lse
-            entropy = lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)
-            return logp, entropy
+            if not entropy:
+                return (logp,)
+            return logp, lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)
 
         if with_grad and torch.is_grad_enabled():
             # Recompute the [chunk, vocab] logits on backward rather than keeping them alive.
@@ -466,7 +579,7 @@ class HFPolicy:
         """See `Policy.next_token_logprobs`; a float32 CPU tensor ``[len(contexts), vocab]``."""
         contexts = self._check_tokens(contexts, "contexts")
         out = torch.empty(len(contexts), self.vocab_size, dtype=torch.float32)
-        with torch.no_grad():
+        with self._inference(), phase("score"):
             for batch in self._micro_batches([len(c) for c in contexts]):
                 rows = [contexts[i] for i in batch]
                 hidden = self._hidden(rows)
@@ -522,16 +635,28 @@ class HFPolicy:
         return self
 
     def copy_frozen(self) -> HFPolicy:
+        model = copy.deepcopy(self.model)
+        if self.inference_dtype != self._lm_head.weight.dtype:
+            # A frozen copy is only ever used for inference: it can hold its weights in that dtype.
+            model.to(self.inference_dtype)
         frozen = HFPolicy(
-            copy.deepcopy(self.model),
+            model,
             self._tokenizer,
             seed=self.seed,
             chat_template_kwargs=self._chat.template_kwargs,
             name=self.name,
             token_budget=self.token_budget,
             logits_chunk=self.logits_chunk,
+            share_prefixes=self.share_prefixes,
+            inference_dtype=self.inference_dtype,
         )
         return frozen.freeze()
+
+
+@contextmanager
+def _no_grad_autocast(device_type: str, dtype: torch.dtype) -> Iterator[None]:
+    with torch.no_grad(), torch.autocast(device_type, dtype=dtype):
+        yield
 
 
 def _sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator):
