@@ -96,12 +96,13 @@ class Profiler:
     def enter(self, name: str) -> None:
         self._fold_peak()
         path = f"{self._stack[-1][0]}/{name}" if self._stack else name
+        self.phases.setdefault(path, PhaseStats())  # listed in the order phases are first entered
         self._stack.append([path, resident_bytes()])
 
     def exit(self, seconds: float) -> None:
         self._fold_peak()
         path, peak = self._stack.pop()
-        stats = self.phases.setdefault(path, PhaseStats())
+        stats = self.phases[path]
         stats.calls += 1
         stats.seconds += seconds
         stats.peak_rss_bytes = max(stats.peak_rss_bytes, peak)

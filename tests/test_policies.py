@@ -183,18 +183,18 @@ def test_shared_prefixes_are_encoded_once_and_change_nothing(policy):
 
 
 def test_shared_prefix_groups_save_the_most_tokens():
-    from orsd_gym.policies.hf import MIN_SHARED_PREFIX, _shared_prefix_groups
+    from orsd_gym.policies.kvcache import MIN_SHARED_PREFIX, shared_prefix_groups
 
     system = list(range(100, 100 + MIN_SHARED_PREFIX + 4))
     task_a, task_b = system + [1] * 50 + [7], system + [2] * 50 + [7]
     contexts = [task_a, task_b, task_a, task_b, task_a, system + [3]]
-    groups = _shared_prefix_groups(contexts, range(len(contexts)))
+    groups = shared_prefix_groups(contexts, range(len(contexts)))
     # Each task's group shares its whole prompt but the last token; the odd one out shares no group.
     assert sorted((sorted(rows), n) for rows, n in groups) == [([0, 2, 4], len(task_a) - 1), ([1, 3], len(task_b) - 1)]
     # Three different tasks share only the system prompt: one group over it.
     contexts = [system + [k] * 5 for k in range(3)]
-    assert _shared_prefix_groups(contexts, range(3)) == [([0, 1, 2], len(system))]
-    assert _shared_prefix_groups([[1] * 10, [1] * 10], [0, 1]) == []  # too short to be worth a pass
+    assert shared_prefix_groups(contexts, range(3)) == [([0, 1, 2], len(system))]
+    assert shared_prefix_groups([[1] * 10, [1] * 10], [0, 1]) == []  # too short to be worth a pass
 
 
 def test_bf16_inference_samples_in_bf16_and_updates_in_fp32():

@@ -18,7 +18,7 @@ import copy
 import inspect
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from torch.utils.checkpoint import checkpoint
 from orsd_gym.errors import ContextTooLongError
 from orsd_gym.policies.base import Completion, FinishReason, SamplingParams
 from orsd_gym.policies.chat import ChatRenderer
+from orsd_gym.policies.kvcache import KVSession, batch_cache, common_prefix, shared_prefix_groups, store_sessions
 from orsd_gym.profiling import count, phase
 
 
@@ -40,24 +41,6 @@ class LoRASettings:
     alpha: int = 16
     dropout: float = 0.0
     target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
-
-
-@dataclass
-class KVSession:
-    """Keys/values of one token prefix, kept between calls to `HFPolicy.generate`.
-
-    ``token_ids`` are the tokens whose keys/values ``layers`` holds (one ``(key, value)`` pair of
-    shape ``[1, kv_heads, len(token_ids), head_dim]`` per layer). A call reuses the longest
-    common prefix of ``token_ids`` and the new context, so a session is never *wrong*, only
-    more or less useful.
-    """
-
-    token_ids: list[int] = field(default_factory=list)
-    layers: list[tuple[torch.Tensor, torch.Tensor]] | None = None
-
-    def clear(self) -> None:
-        self.token_ids = []
-        self.layers = None
 
 
 def resolve_dtype(dtype: str | torch.dtype, device: str) -> torch.dtype:
@@ -95,46 +78,6 @@ def load_pretrained(source: str, *, device: str, dtype: str | torch.dtype, attn_
     return model, tokenizer
 
 
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
-
-
-#: Shorter common prefixes are not worth a forward pass of their own.
-MIN_SHARED_PREFIX = 16
-
-
-def _shared_prefix_groups(contexts: Sequence[Sequence[int]], candidates: Sequence[int]) -> list[tuple[list[int], int]]:
-    """Groups of ``candidates`` whose common prefix is encoded once, with its length (each row
-    keeps at least one token to feed), chosen to save the most tokens.
-
-    Sorted contexts put rows with long common prefixes next to each other (a run's common prefix
-    is the shortest link between neighbours); a run is kept whole or split at its shortest
-    link, whichever saves more: a batch of tasks shares the system prompt, each task's group
-    its whole prompt, and the groups win.
-    """
-    order = sorted(candidates, key=lambda i: contexts[i])
-    links = [_common_prefix(contexts[a], contexts[b]) for a, b in zip(order, order[1:], strict=False)]
-
-    def best(lo: int, hi: int) -> tuple[int, list[tuple[list[int], int]]]:  # rows order[lo:hi]
-        if hi - lo < 2:
-            return 0, []
-        run_links = links[lo : hi - 1]
-        cut = lo + 1 + run_links.index(min(run_links))
-        left_saved, left = best(lo, cut)
-        right_saved, right = best(cut, hi)
-        shared = min(min(run_links), *(len(contexts[i]) - 1 for i in order[lo:hi]))
-        whole = (hi - lo - 1) * shared if shared >= MIN_SHARED_PREFIX else 0
-        if whole > 0 and whole >= left_saved + right_saved:
-            return whole, [(order[lo:hi], shared)]
-        return left_saved + right_saved, left + right
-
-    return best(0, len(order))[1]
-
-
 class HFPolicy:
     """A transformers causal LM behind the `Policy` protocol.
 
@@ -170,6 +113,7 @@ class HFPolicy:
                 model.activation_checkpointing_enable(activation_checkpointing_kwargs=no_reentrant)
             else:
                 model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=no_reentrant)
+        self.gradient_checkpointing = gradient_checkpointing
         if lora is not None:
             model = _wrap_lora(model, lora)
         self.model = model
@@ -197,6 +141,7 @@ class HFPolicy:
         self._lm_head = base.get_output_embeddings()
         self._cache_kwarg = "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
         config = base.config
+        self._num_layers = int(config.num_hidden_layers)
         self._max_positions = int(getattr(config, "max_position_embeddings", 1 << 30))
         # Sliding-window caches drop old keys, so a stored prefix cannot be spliced back in.
         self.supports_prefix_cache = not getattr(config, "use_sliding_window", False) and not any(
@@ -310,7 +255,7 @@ class HFPolicy:
                 mask[i, cached - r : cached] = 1
                 mask[i, cached + width - len(suffix) :] = 1
                 input_ids[i, width - len(suffix) :] = torch.tensor(suffix, device=self.device)
-            cache = self._batched_cache(sources, reuse, cached)
+            cache = batch_cache(sources, reuse, cached, self._num_layers, width + params.max_new_tokens)
             logits = self._step(input_ids, mask, cache, cached)
         count("prefill_tokens", sum(len(s) for s in suffixes))
         in_cache = [list(ctx) for ctx in contexts]
@@ -342,8 +287,9 @@ class HFPolicy:
                 logits = self._step(next_ids[:, None], mask, cache, mask.shape[1] - 1)
                 count("decode_steps")
                 count("decode_row_steps", batch)
+                count("decode_attended_positions", batch * mask.shape[1])
             if sessions is not None and self.supports_prefix_cache:
-                self._store_sessions(sessions, cache, mask, in_cache)
+                store_sessions(sessions, cache, mask, in_cache)
         count("sampled_tokens", sum(len(t) for t in tokens))
         completions = []
         for i in range(batch):
@@ -376,11 +322,11 @@ class HFPolicy:
             for i, (ctx, session) in enumerate(zip(contexts, sessions, strict=True)):
                 if session.layers is not None:
                     # At least one new token must be fed to get next-token logits.
-                    reuse[i] = min(_common_prefix(session.token_ids, ctx), len(ctx) - 1)
+                    reuse[i] = min(common_prefix(session.token_ids, ctx), len(ctx) - 1)
                     sources[i] = session if reuse[i] > 0 else None
         shared: set[int] = set()
         if self.share_prefixes:
-            groups = _shared_prefix_groups(contexts, [i for i in range(batch) if reuse[i] == 0])
+            groups = shared_prefix_groups(contexts, [i for i in range(batch) if reuse[i] == 0])
             for (rows, _), session in zip(groups, self._encode_prefixes(contexts, groups), strict=True):
                 for i in rows:
                     reuse[i], sources[i] = len(session.token_ids), session
@@ -400,13 +346,11 @@ class HFPolicy:
             ids[j, width - len(prefix) :] = torch.tensor(prefix)
             mask[j, width - len(prefix) :] = 1
         ids, mask = ids.to(self.device), mask.to(self.device)
-        from transformers import DynamicCache
-
-        cache = DynamicCache()
+        cache = batch_cache([None] * len(prefixes), [0] * len(prefixes), 0, self._num_layers, width)
         self._step(ids, mask, cache, 0)
         count("prefill_tokens", sum(len(p) for p in prefixes))
         sessions = [KVSession() for _ in prefixes]
-        self._store_sessions(sessions, cache, mask, prefixes)
+        store_sessions(sessions, cache, mask, prefixes)
         return sessions
 
     def _finish_reason(self, tokens: list[int], params: SamplingParams) -> FinishReason | None:
@@ -434,35 +378,6 @@ class HFPolicy:
             **{self._cache_kwarg: cache},
         )
         return out.logits[:, -1].float()
-
-    def _batched_cache(self, sources: Sequence[KVSession | None], reuse: list[int], cached: int) -> Any:
-        """A batch cache holding row ``i``'s first ``reuse[i]`` cached tokens right-aligned at ``cached``."""
-        from transformers import DynamicCache
-
-        if cached == 0:
-            return DynamicCache()
-        donor = next(s.layers for s, r in zip(sources, reuse, strict=True) if r > 0 and s is not None)
-        data = []
-        for layer, (key0, value0) in enumerate(donor):
-            shape = (len(reuse), key0.shape[1], cached, key0.shape[3])
-            keys = torch.zeros(shape, dtype=key0.dtype, device=self.device)
-            values = torch.zeros(shape, dtype=value0.dtype, device=self.device)
-            for i, (source, r) in enumerate(zip(sources, reuse, strict=True)):
-                if r > 0 and source is not None:
-                    keys[i, :, cached - r :] = source.layers[layer][0][0, :, :r]
-                    values[i, :, cached - r :] = source.layers[layer][1][0, :, :r]
-            data.append((keys, values))
-        return DynamicCache(data)
-
-    def _store_sessions(self, sessions: Sequence[KVSession], cache: Any, mask: torch.Tensor, in_cache) -> None:
-        layers = [(layer.keys, layer.values) for layer in cache.layers]
-        for i, session in enumerate(sessions):
-            keep = mask[i].nonzero().squeeze(-1)
-            if keep.numel() != len(in_cache[i]):  # never expected; a stale session is just dropped
-                session.clear()
-                continue
-            session.token_ids = in_cache[i]
-            session.layers = [(k[i : i + 1, :, keep].clone(), v[i : i + 1, :, keep].clone()) for k, v in layers]
 
     # ------------------------------------------------------------------ protocol: scoring
     def _micro_batches(self, lengths: list[int]) -> list[list[int]]:
@@ -589,6 +504,27 @@ class HFPolicy:
                 ]
                 out[batch] = torch.log_softmax(self._lm_head(last).float(), dim=-1).cpu()
         return out
+
+    # ------------------------------------------------------------------ protocol: memory
+    def weight_bytes(self) -> int:
+        return sum(p.numel() * p.element_size() for p in self.model.parameters())
+
+    def update_activation_bytes(self, rows: int, length: int) -> int:
+        """See `Policy.update_activation_bytes`. Per token: each layer's input (with gradient
+        checkpointing) or all of a layer's saved activations (without), plus one layer's
+        activations and their gradients while it is recomputed, and the final hidden states;
+        per micro-batch: the padding mask's ``[rows, length, length]`` booleans and one LM-head
+        chunk (its logits, their exponentials and gradient, in float32). Calibrated against
+        measured peaks in benchmarks/iteration_profile.py."""
+        config = (self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model).config
+        width = self._lm_head.weight.element_size()
+        hidden, inner = int(config.hidden_size), int(config.intermediate_size)
+        # A Llama-style layer keeps about 12 hidden-wide and 5 MLP-wide tensors per token.
+        layer = (12 * hidden + 5 * inner) * width
+        kept = self._num_layers * (hidden * width if self.gradient_checkpointing else layer)
+        tokens = rows * length
+        head = min(self.logits_chunk, tokens) * self.vocab_size * 4 * 4
+        return tokens * (kept + 2 * layer + 3 * hidden * width) + rows * length * length + head
 
     # ------------------------------------------------------------------ protocol: weights
     def trainable_parameters(self) -> list[torch.nn.Parameter]:

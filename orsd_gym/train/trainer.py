@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,9 @@ from safetensors.torch import load_file
 
 from orsd_gym import configio
 from orsd_gym.algos.base import PreparedBatch, make_algorithm
+from orsd_gym.allocator import return_freed_memory
 from orsd_gym.policies.models import load_policy
+from orsd_gym.profiling import phase
 from orsd_gym.rollout.collector import collect
 from orsd_gym.rollout.stats import rollout_stats
 from orsd_gym.rollout.trajectory import save_jsonl
@@ -41,7 +42,7 @@ from orsd_gym.train.evaluate import evaluate
 from orsd_gym.train.metrics import MetricsWriter
 from orsd_gym.train.plan import build_task_plan
 from orsd_gym.train.seeds import ALGO, EVAL, ROLLOUT, iteration_rng, iteration_seed
-from orsd_gym.train.update import make_optimizer, update_policy
+from orsd_gym.train.update import activation_budget, make_optimizer, update_policy
 from orsd_gym.train.warm_start import ensure_warm_start
 
 
@@ -67,6 +68,8 @@ class Trainer:
         self.live = config.logging.live if live is None else live
         if config.train.threads:
             torch.set_num_threads(config.train.threads)
+        if config.train.return_freed_memory:
+            return_freed_memory()
         if config.train.deterministic:
             torch.use_deterministic_algorithms(True, warn_only=True)
 
@@ -79,6 +82,7 @@ class Trainer:
             seed=config.train.seed,
             token_budget=config.optim.micro_batch_tokens,
             gradient_checkpointing=model.gradient_checkpointing,
+            inference_dtype=model.inference_dtype,
         )
         self.warm_start_metrics = self._start_weights()
         # Reference and verifier are frozen copies of the weights training starts from, taken
@@ -87,11 +91,14 @@ class Trainer:
         verifier = None
         if self.algo_config.needs_verifier:
             verifier = (
-                load_policy(model.verifier, device=model.device, dtype=model.dtype).copy_frozen()
+                load_policy(
+                    model.verifier, device=model.device, dtype=model.dtype, inference_dtype=model.inference_dtype
+                ).copy_frozen()
                 if model.verifier
                 else self.policy.copy_frozen()
             )
         self.algorithm = make_algorithm(config.algo.name, self.algo_config, reference=reference, verifier=verifier)
+        activation_budget(self.policy, self.algorithm, config.optim)  # a budget too small fails here
         steps = config.train.iterations * config.optim.epochs * config.optim.minibatches
         self.optimizer, self.scheduler = make_optimizer(self.policy, config.optim, steps)
 
@@ -210,7 +217,8 @@ class Trainer:
                     self.metrics.write(record)
                     view.update(done, record)
                     if done % cfg.train.checkpoint_every == 0 or done == cfg.train.iterations:
-                        self._checkpoint(done)
+                        with phase("checkpoint"):
+                            self._checkpoint(done)
         finally:
             self.metrics.close()
             self._close_envs()
@@ -222,52 +230,53 @@ class Trainer:
         record: dict[str, Any] = {"iteration": iteration + 1}
 
         view.phase(f"rollout {iteration + 1}")
-        started = time.perf_counter()
         rollout_seed = iteration_seed(seed, iteration, ROLLOUT)
-        trajectories = collect(
-            self.envs,
-            self.policy,
-            [task.spec for task in self.plan.train[iteration]],
-            group_size=cfg.rollout.group_size,
-            sampling=cfg.rollout.sampling(cfg.rollout.temperature, rollout_seed),
-            options=cfg.rollout,
-            seed=rollout_seed,
-        )
-        record["time/rollout"] = time.perf_counter() - started
+        with phase("rollout") as timer:
+            trajectories = collect(
+                self.envs,
+                self.policy,
+                [task.spec for task in self.plan.train[iteration]],
+                group_size=cfg.rollout.group_size,
+                sampling=cfg.rollout.sampling(cfg.rollout.temperature, rollout_seed),
+                options=cfg.rollout,
+                seed=rollout_seed,
+            )
+        record["time/rollout"] = timer.seconds
         stats = rollout_stats(trajectories)
         self.env_steps += int(stats.pop("env_steps"))
         record.update({f"train/{k}": v for k, v in stats.items()})
         record["env_steps"] = self.env_steps
 
         view.phase(f"advantages {iteration + 1}")
-        started = time.perf_counter()
-        batch = self.algorithm.prepare(
-            trajectories, self.policy, iteration=iteration, rng=iteration_rng(seed, iteration, ALGO)
-        )
-        record["time/prepare"] = time.perf_counter() - started
+        with phase("prepare") as timer:
+            batch = self.algorithm.prepare(
+                trajectories, self.policy, iteration=iteration, rng=iteration_rng(seed, iteration, ALGO)
+            )
+        record["time/prepare"] = timer.seconds
         record.update(_namespaced(batch.metrics, "algo"))
         self._write_audit(iteration + 1, batch)
 
         view.phase(f"update {iteration + 1}")
-        started = time.perf_counter()
-        losses = update_policy(
-            self.policy,
-            self.algorithm,
-            batch,
-            self.optimizer,
-            self.scheduler,
-            cfg.optim,
-            seed=seed,
-            iteration=iteration,
-        )
+        with phase("update") as timer:
+            losses = update_policy(
+                self.policy,
+                self.algorithm,
+                batch,
+                self.optimizer,
+                self.scheduler,
+                cfg.optim,
+                seed=seed,
+                iteration=iteration,
+            )
         record.update(_namespaced(losses, "loss"))
-        record["time/update"] = time.perf_counter() - started
+        record["time/update"] = timer.seconds
         record["lr"] = self.scheduler.get_last_lr()[0]
         return record
 
     def _evaluate(self, iteration: int) -> dict[str, float]:
         seed = iteration_seed(self.config.train.seed, iteration, EVAL)
-        _, result = evaluate(self.policy, self.eval_envs, self.plan, self.config, seed)
+        with phase("eval"):
+            _, result = evaluate(self.policy, self.eval_envs, self.plan, self.config, seed)
         record = {"iteration": iteration, "env_steps": self.env_steps, **result}
         with open(self.output_dir / "eval.jsonl", "a", encoding="utf-8") as handle:
             handle.write(json.dumps(record) + "\n")
