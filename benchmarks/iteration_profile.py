@@ -1,17 +1,18 @@
 """One training iteration, phase by phase: where the time and the resident memory go.
 
 For each config (``demo``: the `make demo` preset; ``long``: the same with ALFWorld-length
-episodes, bigger rooms and 15 turns) one iteration of GRPO and one of ORSD run on the same
-seed (so on the same rollouts), each in a fresh process under `orsd_gym.profiling`, through
-the real `Trainer` (warm start shared through one file, no evaluation). Printed per phase:
-calls, seconds, share of the iteration (rollout + prepare + update) and peak resident memory.
+episodes, bigger rooms and 15 turns) GRPO and ORSD train `ITERATIONS` iterations on the same
+seed (so on the same first rollouts), each in a fresh process under `orsd_gym.profiling`,
+through the real `Trainer` (warm start shared through one file, no evaluation). Printed per
+phase: calls, seconds, share of the iterations (rollout + prepare + update) and peak resident
+memory (the second iteration holds the optimiser's state: that is the steady state).
 
-Then the decode limit, measured in the same process right after the iteration: the model's
-own batched decode throughput (a bare forward with transformers' KV cache, one token per row
-per step, no sampling, masks or bookkeeping) at the rollout's mean batch size and attended
-length, against the rollout engine's decode throughput (rows x steps the engine's forwards
-computed per second of its decode phase; the sampled tokens per second are shown too: rows
-that already finished their turn ride along masked until the batch's longest turn ends).
+Then the decode limit, in the same process right after training: the rollout's own decode
+throughput (rows x steps its forwards computed per second of its decode phase, and the sampled
+tokens per second: rows that finished their turn ride along masked until the batch's longest
+turn ends), and side by side on the same contexts at the rollout's mean batch size and attended
+length, the engine's decode against the model's own batched decode (a bare forward with
+transformers' KV cache, one token per row per step: no sampling, masks or bookkeeping).
 
     python benchmarks/iteration_profile.py                                  # demo + long, ~1 h on 2 cores
     python benchmarks/iteration_profile.py --configs demo --json profile.json
@@ -39,16 +40,18 @@ CONFIGS = {
 }
 #: The phases an iteration is made of (the trainer's top-level phases).
 ITERATION = ("rollout", "prepare", "update")
+#: Iterations per run: the second one has the optimiser's state (AdamW's moments are made at
+#: the first step), so its memory is the steady state's; times are per iteration.
+ITERATIONS = 2
 
 
-def bare_decode_tokens_per_s(model, batch: int, length: int, steps: int = 16) -> float:
-    """Tokens per second of ``steps`` bare decode forwards of ``batch`` rows after ``length`` cached tokens."""
+def bare_decode_tokens_per_s(model, contexts, steps: int) -> float:
+    """Tokens per second of ``steps`` bare decode forwards, one token per row, after ``contexts``."""
     import torch
     from transformers import DynamicCache
 
     cache_kwarg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-    generator = torch.Generator().manual_seed(0)
-    ids = torch.randint(0, model.config.vocab_size, (batch, length), generator=generator)
+    ids = torch.tensor(contexts)
     cache = DynamicCache()
     with torch.no_grad():
         model(input_ids=ids, use_cache=True, logits_to_keep=1, **{cache_kwarg: cache})
@@ -56,7 +59,31 @@ def bare_decode_tokens_per_s(model, batch: int, length: int, steps: int = 16) ->
         started = time.perf_counter()
         for _ in range(steps):
             model(input_ids=token, use_cache=True, logits_to_keep=1, **{cache_kwarg: cache})
-        return batch * steps / (time.perf_counter() - started)
+        return len(contexts) * steps / (time.perf_counter() - started)
+
+
+def engine_decode_row_steps_per_s(policy, contexts, steps: int, seed: int) -> float:
+    """Rows x steps per second of `HFPolicy.generate`'s decode phase after ``contexts``."""
+    from orsd_gym import profiling
+    from orsd_gym.policies.base import SamplingParams
+
+    with profiling.profiling() as profiler:
+        policy.generate(contexts, SamplingParams(max_new_tokens=steps + 1, seed=seed))
+    return profiler.counters["decode_row_steps"] / profiler.phases["decode"].seconds
+
+
+def decode_limit(policy, batch: int, length: int, steps: int = 16, repeats: int = 3) -> dict:
+    """The engine's decode throughput and the bare forward's, side by side on the same contexts
+    (alternating, best of ``repeats`` each: on a shared machine the best is the least disturbed)."""
+    import torch
+
+    generator = torch.Generator().manual_seed(0)
+    contexts = torch.randint(0, policy.vocab_size, (batch, length), generator=generator).tolist()
+    engine, bare = [], []
+    for repeat in range(repeats):
+        engine.append(engine_decode_row_steps_per_s(policy, contexts, steps, seed=repeat))
+        bare.append(bare_decode_tokens_per_s(policy.model, contexts, steps))
+    return {"batch": batch, "length": length, "engine_row_steps_per_s": max(engine), "bare_tokens_per_s": max(bare)}
 
 
 def run_child(config_name: str, algo: str, overrides: list[str], workdir: Path) -> dict:
@@ -73,7 +100,7 @@ def run_child(config_name: str, algo: str, overrides: list[str], workdir: Path) 
             *CONFIGS[config_name],
             *overrides,
             f"algo.name={algo}",
-            "train.iterations=1",
+            f"train.iterations={ITERATIONS}",
             "eval.every=0",
             f"train.output_dir={out}",
             f"warm_start.path={workdir / f'{config_name}-warm_start.safetensors'}",
@@ -98,39 +125,45 @@ def run_child(config_name: str, algo: str, overrides: list[str], workdir: Path) 
             "mean_attended_length": length,
             "engine_row_steps_per_s": counters["decode_row_steps"] / decode_seconds,
             "engine_sampled_tokens_per_s": counters["sampled_tokens"] / decode_seconds,
-            "bare_forward_tokens_per_s": bare_decode_tokens_per_s(
-                trainer.policy.model, max(1, round(batch)), max(1, round(length))
-            ),
+            "side_by_side": decode_limit(trainer.policy, max(1, round(batch)), max(1, round(length))),
         }
     return result
 
 
 def iteration_seconds(result: dict) -> float:
+    """Mean wall time of an iteration (rollout + prepare + update)."""
     phases = result["profile"]["phases"]
-    return sum(phases[p]["seconds"] for p in ITERATION if p in phases)
+    return sum(phases[p]["seconds"] for p in ITERATION if p in phases) / ITERATIONS
 
 
 def print_result(name: str, result: dict) -> None:
     total = iteration_seconds(result)
     print(
-        f"\n== {name}: iteration {total:.1f} s (rollout + prepare + update), process peak "
+        f"\n== {name}: {total:.1f} s per iteration (rollout + prepare + update), process peak "
         f"{result['profile']['peak_rss_gb']:.2f} GB ({result['profile']['peak_method']})"
     )
-    print(f"{'phase':<44}{'calls':>7}{'seconds':>10}{'% iter':>8}{'peak GB':>9}")
+    print(f"({ITERATIONS} iterations; seconds are totals, % of all iterations)")
+    print(f"{'phase':<44}{'calls':>7}{'seconds':>10}{'% iter':>8}{'entry GB':>9}{'peak GB':>9}")
     for path, stats in result["profile"]["phases"].items():
         indent = "  " * path.count("/")
-        share = f"{100 * stats['seconds'] / total:7.1f}%" if path.split("/")[0] in ITERATION and total else ""
+        in_iteration = path.split("/")[0] in ITERATION and total
+        share = f"{100 * stats['seconds'] / (total * ITERATIONS):7.1f}%" if in_iteration else ""
         label = indent + path.rsplit("/", 1)[-1]
-        print(f"{label:<44}{stats['calls']:>7}{stats['seconds']:>10.2f}{share:>8}{stats['peak_rss_gb']:>9.2f}")
+        memory = f"{stats['entry_rss_gb']:>9.2f}{stats['peak_rss_gb']:>9.2f}"
+        print(f"{label:<44}{stats['calls']:>7}{stats['seconds']:>10.2f}{share:>8}{memory}")
     decode = result.get("decode")
     if decode:
-        limit = decode["bare_forward_tokens_per_s"]
-        sampled = decode["engine_sampled_tokens_per_s"]
+        side = decode["side_by_side"]
+        limit = side["bare_tokens_per_s"]
         print(
-            f"decode at batch {decode['mean_batch']:.1f}, {decode['mean_attended_length']:.0f} positions: "
-            f"bare forward {limit:.1f} tok/s; engine {decode['engine_row_steps_per_s']:.1f} row-steps/s "
-            f"({decode['engine_row_steps_per_s'] / limit:.0%} of it), "
-            f"{sampled:.1f} sampled tok/s ({sampled / limit:.0%})"
+            f"rollout decode: mean batch {decode['mean_batch']:.1f}, {decode['mean_attended_length']:.0f} positions; "
+            f"{decode['engine_row_steps_per_s']:.1f} row-steps/s, {decode['engine_sampled_tokens_per_s']:.1f} "
+            "sampled tokens/s"
+        )
+        print(
+            f"decode limit side by side (batch {side['batch']}, {side['length']} positions): bare forward "
+            f"{limit:.1f} tokens/s, engine {side['engine_row_steps_per_s']:.1f} row-steps/s = "
+            f"{side['engine_row_steps_per_s'] / limit:.0%} of it"
         )
 
 

@@ -29,6 +29,8 @@ class PhaseStats:
     calls: int = 0
     seconds: float = 0.0
     peak_rss_bytes: int = 0
+    #: Resident bytes when the phase was last entered (what it found already there).
+    entry_rss_bytes: int = 0
 
 
 @dataclass
@@ -96,8 +98,9 @@ class Profiler:
     def enter(self, name: str) -> None:
         self._fold_peak()
         path = f"{self._stack[-1][0]}/{name}" if self._stack else name
-        self.phases.setdefault(path, PhaseStats())  # listed in the order phases are first entered
-        self._stack.append([path, resident_bytes()])
+        entry = resident_bytes()
+        self.phases.setdefault(path, PhaseStats()).entry_rss_bytes = entry  # listed in first-entry order
+        self._stack.append([path, entry])
 
     def exit(self, seconds: float) -> None:
         self._fold_peak()
@@ -115,7 +118,12 @@ class Profiler:
             "peak_method": self.peak_method,
             "peak_rss_gb": self.peak_rss_bytes / 1e9,
             "phases": {
-                path: {"calls": s.calls, "seconds": s.seconds, "peak_rss_gb": s.peak_rss_bytes / 1e9}
+                path: {
+                    "calls": s.calls,
+                    "seconds": s.seconds,
+                    "peak_rss_gb": s.peak_rss_bytes / 1e9,
+                    "entry_rss_gb": s.entry_rss_bytes / 1e9,
+                }
                 for path, s in self.phases.items()
             },
             "counters": dict(self.counters),

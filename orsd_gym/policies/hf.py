@@ -83,8 +83,9 @@ class HFPolicy:
 
     ``token_budget`` caps ``rows * padded_length`` of one `score` / `next_token_logprobs`
     micro-batch; ``logits_chunk`` is how many positions go through the LM head at once (the
-    ``[positions, vocab]`` logits are the memory peak of scoring, and under ``with_grad`` each
-    chunk is recomputed on backward instead of stored).
+    ``[positions, vocab]`` logits are the memory peak of scoring: 256 positions of a 49k vocabulary
+    take 50 MB per float32 copy, and a chunk's softmax and gradient hold a few; under
+    ``with_grad`` each chunk is recomputed on backward instead of stored).
     """
 
     def __init__(
@@ -97,7 +98,7 @@ class HFPolicy:
         chat_template_kwargs: dict[str, Any] | None = None,
         name: str = "",
         token_budget: int = 16_384,
-        logits_chunk: int = 1_024,
+        logits_chunk: int = 256,
         gradient_checkpointing: bool = False,
         share_prefixes: bool = True,
         inference_dtype: str | torch.dtype | None = None,
@@ -266,15 +267,15 @@ class HFPolicy:
         with phase("decode"):
             for _ in range(params.max_new_tokens):
                 sampled, sampled_logprobs = _sample(logits, params, generator)
-                fed = torch.zeros(batch, dtype=torch.long, device=self.device)
-                next_ids = torch.full((batch,), pad, dtype=torch.long, device=self.device)
+                # One transfer per step (not one per row): on a GPU each element read is a sync.
+                sampled_ids, sampled_lps = sampled.tolist(), sampled_logprobs.tolist()
+                fed, next_ids = [0] * batch, [pad] * batch
                 for i in range(batch):
                     if finish[i] is not None:
                         continue
-                    token = int(sampled[i])
-                    tokens[i].append(token)
-                    logprobs[i].append(float(sampled_logprobs[i]))
-                    fed[i], next_ids[i] = 1, token
+                    tokens[i].append(sampled_ids[i])
+                    logprobs[i].append(sampled_lps[i])
+                    fed[i], next_ids[i] = 1, sampled_ids[i]
                     finish[i] = self._finish_reason(tokens[i], params)
                 if all(f is not None for f in finish):
                     break
@@ -282,9 +283,9 @@ class HFPolicy:
                 # finished); rows finished earlier get a masked pad.
                 for i in range(batch):
                     if fed[i]:
-                        in_cache[i].append(int(next_ids[i]))
-                mask = torch.cat([mask, fed[:, None]], dim=1)
-                logits = self._step(next_ids[:, None], mask, cache, mask.shape[1] - 1)
+                        in_cache[i].append(next_ids[i])
+                mask = torch.cat([mask, torch.tensor(fed, device=self.device)[:, None]], dim=1)
+                logits = self._step(torch.tensor(next_ids, device=self.device)[:, None], mask, cache, mask.shape[1] - 1)
                 count("decode_steps")
                 count("decode_row_steps", batch)
                 count("decode_attended_positions", batch * mask.shape[1])

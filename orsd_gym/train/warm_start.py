@@ -58,6 +58,9 @@ def clone(policy: Policy, demonstrations: list[Trajectory], config: Config) -> d
             losses.append(_clone_epoch(policy, demos, optimizer, rng, config))
     finally:
         policy.set_training(False)
+        # The gradients are not needed again before the first update: free them for the rollouts.
+        for parameter in policy.trainable_parameters():
+            parameter.grad = None
     return {
         "warm_start/demos": float(len(demos)),
         "warm_start/expert_success": len(demos) / len(demonstrations),
