@@ -27,6 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--split", default="valid_seen")
     parser.add_argument("--limit", type=int, default=None, help="play only the first N games")
     parser.add_argument("--jsonl", default=None, help="write one JSON line per game here")
+    parser.add_argument("--json", default=None, help="write the summary (per task type and overall) here")
     args = parser.parse_args(argv)
 
     env = gym.make("orsd_gym/ALFWorld-v0", split=args.split, data_dir=args.data_dir, expert=True)
@@ -55,6 +56,18 @@ def main(argv: list[str] | None = None) -> int:
             f"{statistics.mean(e.seconds for e in eps):.2f}",
         )
     wins = sum(e.won for e in episodes)
+    if args.json:
+        summary = {
+            task_type: {
+                "games": len(eps),
+                "won": sum(e.won for e in eps),
+                "mean_steps": statistics.mean(e.steps for e in eps),
+            }
+            for task_type, eps in sorted(by_type.items())
+        }
+        record = {"split": args.split, "games": n, "won": wins, "seconds": total, "by_type": summary}
+        with open(args.json, "w") as f:
+            json.dump(record, f, indent=1)
     table.add_row("all", str(n), str(wins), f"{statistics.mean(e.steps for e in episodes):.1f}", f"{total / n:.2f}")
     Console().print(table)
     print(

@@ -11,6 +11,7 @@ plus any engine worker process) so memory growth across resets is visible.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -36,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pool", type=int, default=40, help="generated tasks to cycle through")
     parser.add_argument("--recycle-after", type=int, default=None, help="engine worker recycling (env option)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", default=None, help="write the figures here")
     args = parser.parse_args(argv)
 
     kwargs = {"split": args.split}
@@ -78,6 +80,18 @@ def main(argv: list[str] | None = None) -> int:
     first_half = [v for n, v in checkpoints.items() if n <= args.resets // 2]
     growth = list(checkpoints.values())[-1] - (first_half[-1] if first_half else start_rss)
     print(f"RSS growth over the second half: {growth:+.0f} MiB; mean reset {statistics.mean(reset_s) * 1000:.0f} ms")
+    if args.json:
+        record = {
+            "args": vars(args),
+            "tasks": n_tasks,
+            "reset_ms": {"median": pct(reset_s, 50), "p90": pct(reset_s, 90), "max": max(reset_s) * 1000},
+            "step_ms": {"median": pct(step_s, 50), "p90": pct(step_s, 90), "count": len(step_s)},
+            "rss_mib_before": start_rss,
+            "rss_mib_after_resets": checkpoints,
+            "rss_growth_second_half_mib": growth,
+        }
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump(record, handle, indent=1)
     return 0
 
 

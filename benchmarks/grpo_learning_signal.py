@@ -26,6 +26,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iterations", type=int, default=4)
     parser.add_argument("--out", default="runs/grpo_learning_signal")
+    parser.add_argument("--json", default=None, help="write the per-iteration figures and the ratio here")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
     config = load_config(
@@ -57,17 +58,17 @@ def main() -> None:
         )
     Console().print(table)
     first, last = evals[min(evals)], evals[max(evals)]
-    print(
-        json.dumps(
-            {
-                "held_out_success_before": first["eval/success_rate"],
-                "held_out_success_after": last["eval/success_rate"],
-                "ratio_after_to_before": (last["eval/success_rate"] / first["eval/success_rate"])
-                if first["eval/success_rate"]
-                else None,
-            }
-        )
-    )
+    summary = {
+        "held_out_success_before": first["eval/success_rate"],
+        "held_out_success_after": last["eval/success_rate"],
+        "ratio_after_to_before": (last["eval/success_rate"] / first["eval/success_rate"])
+        if first["eval/success_rate"]
+        else None,
+    }
+    print(json.dumps(summary))
+    if args.json:
+        record = {"summary": summary, "evals": list(evals.values()), "metrics": list(metrics.values())}
+        Path(args.json).write_text(json.dumps(record, indent=1))
 
 
 if __name__ == "__main__":

@@ -48,6 +48,7 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--seqs", type=int, default=8)
     parser.add_argument("--length", type=int, default=1024)
+    parser.add_argument("--json", default=None, help="write the figures here")
     parser.add_argument("--_mode", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args._mode:
@@ -76,10 +77,13 @@ def main() -> None:
             f"{mode:6s}: {tokens / r['seconds']:8.0f} tokens/s  peak RSS {r['peak_mb']:7.0f} MB "
             f"(+{r['delta_mb']:.0f} MB while scoring)  checksum {r['checksum']:.3f}"
         )
-    print(
-        f"throughput ratio score/naive: {results['naive']['seconds'] / results['score']['seconds']:.2f}x   "
-        f"memory growth ratio naive/score: {results['naive']['delta_mb'] / max(results['score']['delta_mb'], 1):.2f}x"
-    )
+    speed = results["naive"]["seconds"] / results["score"]["seconds"]
+    memory = results["naive"]["delta_mb"] / max(results["score"]["delta_mb"], 1)
+    print(f"throughput ratio score/naive: {speed:.2f}x   memory growth ratio naive/score: {memory:.2f}x")
+    if args.json:
+        record = {"args": vars(args), "results": results, "speed_ratio": speed, "memory_ratio": memory}
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump(record, handle, indent=1)
 
 
 if __name__ == "__main__":

@@ -2,54 +2,61 @@
 
 A batch of episodes plays 10 turns with smollm2-135m on CPU; each turn samples up to
 ``--new-tokens`` tokens and appends a fixed observation bridge. Both modes use the same seeds and
-must produce the same tokens; the printed ratio is wall time(re-encode) / wall time(reuse).
+must produce the same tokens; the printed ratio is wall time(re-encode) / wall time(reuse), each
+the best of ``--repeats`` alternating runs (the least disturbed, on a shared machine). Shared
+prompt prefixes are off in both modes (`benchmarks/shared_prefix.py` measures those).
 
-    .venv/bin/python benchmarks/rollout_kv_cache.py [--model smollm2-135m] [--episodes 4] [--turns 10]
+    .venv/bin/python benchmarks/rollout_kv_cache.py [--model smollm2-135m] [--episodes 4] [--turns 10] [--json out.json]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import time
 
 import torch
 
 from orsd_gym.policies.base import SamplingParams
 from orsd_gym.policies.models import load_policy
+from orsd_gym.profiling import profiling
 from orsd_gym.rollout.episode import SequenceEpisode
 
 OBSERVATION = (
     "You arrive at cabinet 3. On the cabinet 3, you see a soapbottle 2, a spraybottle 1 and a toiletpaper 1. "
     "Admissible actions: go to countertop 1 | open cabinet 3 | take soapbottle 2 from cabinet 3 | look | inventory"
 )
+SYSTEM = "You are a household agent. Answer with one action."
 
 
-def play(policy, episodes: int, turns: int, new_tokens: int, reuse: bool) -> tuple[float, list[list[int]], int]:
-    builders = [
-        SequenceEpisode(
-            policy.chat,
-            [
-                {"role": "system", "content": "You are a household agent. Answer with one action."},
-                {
-                    "role": "user",
-                    "content": f"Episode {i}. Your task is to: put a soapbottle in toilet.\n" + OBSERVATION,
-                },
-            ],
-        )
+def distinct_prompts(episodes: int) -> list[list[dict[str, str]]]:
+    """One prompt per episode (each names its episode, so no two share more than the system prompt)."""
+    return [
+        [
+            {"role": "system", "content": SYSTEM},
+            {"role": "user", "content": f"Episode {i}. Your task is to: put a soapbottle in toilet.\n" + OBSERVATION},
+        ]
         for i in range(episodes)
     ]
+
+
+def play(
+    policy, prompts: list[list[dict[str, str]]], turns: int, new_tokens: int, reuse: bool
+) -> tuple[float, list[list[int]], int]:
+    """Play every prompt's episode for ``turns`` turns; returns (seconds, final token sequences,
+    context tokens encoded)."""
+    builders = [SequenceEpisode(policy.chat, messages) for messages in prompts]
     sessions = [policy.new_session() for _ in builders] if reuse else None
-    encoded = 0
     start = time.perf_counter()
-    for turn in range(turns):
-        params = SamplingParams(max_new_tokens=new_tokens, seed=turn)
-        contexts = [b.context() for b in builders]
-        outs = policy.generate(contexts, params, sessions=sessions)
-        for builder, ctx, out in zip(builders, contexts, outs, strict=True):
-            encoded += len(ctx) - out.extra["reused_prefix_tokens"]
-            builder.add_model_turn(out)
-            builder.add_observation(OBSERVATION)
-    return time.perf_counter() - start, [b.context() for b in builders], encoded
+    with profiling() as profiler:
+        for turn in range(turns):
+            params = SamplingParams(max_new_tokens=new_tokens, seed=turn)
+            outs = policy.generate([b.context() for b in builders], params, sessions=sessions)
+            for builder, out in zip(builders, outs, strict=True):
+                builder.add_model_turn(out)
+                builder.add_observation(OBSERVATION)
+    seconds = time.perf_counter() - start
+    return seconds, [b.context() for b in builders], int(profiler.counters["prefill_tokens"])
 
 
 def main() -> None:
@@ -59,21 +66,40 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=10)
     parser.add_argument("--new-tokens", type=int, default=16)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=2, help="alternating runs per mode (the best is kept)")
+    parser.add_argument("--json", default=None, help="write the figures to this file")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     policy = load_policy(args.model)
-    play(policy, 1, 1, 2, True)  # warm-up
-    t_reuse, tokens_reuse, enc_reuse = play(policy, args.episodes, args.turns, args.new_tokens, True)
-    t_full, tokens_full, enc_full = play(policy, args.episodes, args.turns, args.new_tokens, False)
-    same = tokens_reuse == tokens_full
-    final = sum(len(t) for t in tokens_full) / len(tokens_full)
+    policy.share_prefixes = False
+    prompts = distinct_prompts(args.episodes)
+    play(policy, prompts[:1], 1, 2, True)  # warm-up
+    runs: dict[str, list] = {"reuse": [], "re-encode": []}
+    for _ in range(args.repeats):
+        for mode in runs:
+            runs[mode].append(play(policy, prompts, args.turns, args.new_tokens, mode == "reuse"))
+    best = {mode: min(results, key=lambda r: r[0]) for mode, results in runs.items()}
+    same = all(r[1] == runs["reuse"][0][1] for results in runs.values() for r in results)
+    final = sum(len(t) for t in best["reuse"][1]) / len(best["reuse"][1])
+    ratio = best["re-encode"][0] / best["reuse"][0]
     print(
         f"model={args.model} episodes={args.episodes} turns={args.turns} new_tokens/turn<={args.new_tokens} "
-        f"final length~{final:.0f} tokens"
+        f"final length~{final:.0f} tokens, best of {args.repeats}"
     )
-    print(f"re-encode full history: {t_full:7.2f} s  ({enc_full} context tokens encoded)")
-    print(f"KV-cache reuse:         {t_reuse:7.2f} s  ({enc_reuse} context tokens encoded)")
-    print(f"speed-up ratio: {t_full / t_reuse:.2f}x   identical tokens: {same}")
+    print(f"re-encode full history: {best['re-encode'][0]:7.2f} s  ({best['re-encode'][2]} context tokens encoded)")
+    print(f"KV-cache reuse:         {best['reuse'][0]:7.2f} s  ({best['reuse'][2]} context tokens encoded)")
+    print(f"speed-up ratio: {ratio:.2f}x   identical tokens: {same}")
+    if args.json:
+        record = {
+            "args": vars(args),
+            "seconds": {mode: [r[0] for r in results] for mode, results in runs.items()},
+            "encoded_tokens": {mode: r[2] for mode, r in best.items()},
+            "final_length": final,
+            "ratio": ratio,
+            "identical_tokens": same,
+        }
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump(record, handle, indent=1)
 
 
 if __name__ == "__main__":

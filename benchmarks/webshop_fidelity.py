@@ -8,7 +8,7 @@ original environment) at ../shared/data/webshop. Pages other than search results
 character for character by tests/test_webshop_reference.py; this script measures what that
 test cannot require: search rankings (the recording's search ran on a BM25 stand-in for the
 original's Java index) and the reward's "pairs" vs "values" option matching over every goal.
-Results are printed and written as JSON (--out).
+Results are printed and written as JSON (--json).
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def matching_changes(env: gym.Env, purchases: list[tuple[dict[str, Any], dict[st
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, default=SHARED_WEBSHOP)
-    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--json", type=Path, default=None, help="write the results as JSON here")
     args = parser.parse_args()
     episodes = json.loads((args.data / "reference_transcripts.json").read_text())["episodes"]
     env = gym.make("orsd_gym/WebShop-v0", data_dir=str(args.data), goal_split="all")
@@ -105,8 +105,8 @@ def main() -> None:
     for key in ("reference_purchases", "all_goals_bought_exactly"):
         row = results[key]
         print(f"{key}: reward differs between pairs and values for {row['changed']}/{row['purchases']}")
-    if args.out:
-        args.out.write_text(json.dumps(results, indent=2))
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
 
 
 if __name__ == "__main__":

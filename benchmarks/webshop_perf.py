@@ -8,7 +8,7 @@ The 1k figures use the official small set at ../shared/data/webshop when present
 synthetic catalog at 1000 products). The large catalog is generated (synthetic, official file
 format) into a temporary folder, then loaded by streaming in a fresh process, so its peak
 memory is measured alone; per-product figures extrapolate to the 1.18M-product full set.
-Results are printed and written as JSON (--out).
+Results are printed and written as JSON (--json).
 """
 
 from __future__ import annotations
@@ -194,7 +194,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=2000, help="env steps per observation mode")
     parser.add_argument("--queries", type=int, default=200, help="search queries per catalog")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
+    parser.add_argument("--json", type=Path, default=None, help="write the results as JSON here")
     parser.add_argument("--_child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args._child:
@@ -204,8 +204,8 @@ def main() -> int:
         parser.error("--large-products, --steps and --queries must be positive")
     results = run(args)
     print(report(results))
-    if args.out:
-        args.out.write_text(json.dumps(results, indent=2))
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
     return 0
 
 

@@ -23,6 +23,10 @@ class TaskPlanError(ConfigError):
     """The config cannot give a sound plan (eval overlapping training, too few held-out tasks)."""
 
 
+class MemoryBudgetError(ConfigError):
+    """``optim.max_memory_gb`` leaves no room for an update's activations."""
+
+
 class UsageError(OrsdGymError):
     """A command was called wrongly: printed as one line, exit status 2."""
 

@@ -142,6 +142,81 @@ def test_prefix_cache_reuses_tokens_and_changes_nothing(policy):
     assert out[0].extra["reused_prefix_tokens"] < len(other)
 
 
+def _same_completions(a, b, atol=1e-4):
+    assert [x.token_ids for x in a] == [y.token_ids for y in b]
+    for x, y in zip(a, b):
+        assert torch.allclose(torch.tensor(x.logprobs), torch.tensor(y.logprobs), atol=atol)
+
+
+def _without_sharing(policy, call):
+    policy.share_prefixes = False
+    try:
+        return call()
+    finally:
+        policy.share_prefixes = True
+
+
+def test_shared_prefixes_are_encoded_once_and_change_nothing(policy):
+    # Two groups of identical prompts (two GRPO groups' first turns) and a lone context.
+    a, b = _contexts(policy, 2)
+    lone = policy.chat.prompt_tokens([{"role": "user", "content": "Something else."}])
+    contexts = [a, a, a, b, b, lone]
+    params = SamplingParams(max_new_tokens=8, seed=6)
+    sessions = [policy.new_session() for _ in contexts]
+    shared = policy.generate(contexts, params, sessions=sessions)
+    plain_sessions = [policy.new_session() for _ in contexts]
+    plain = _without_sharing(policy, lambda: policy.generate(contexts, params, sessions=plain_sessions))
+    _same_completions(shared, plain)
+    assert [c.extra["shared_prefix_tokens"] for c in shared] == [len(a) - 1] * 3 + [len(b) - 1] * 2 + [0]
+    assert all(c.extra["shared_prefix_tokens"] == 0 for c in plain)
+    # The sessions filled from a shared prefix serve the next turn exactly like the others.
+    bridge = policy.chat.encode("<|im_end|>\n<|im_start|>user\nYou see a door.<|im_end|>\n<|im_start|>assistant\n")
+    second = [c + o.token_ids + bridge for c, o in zip(contexts, shared)]
+    params = SamplingParams(max_new_tokens=6, seed=8)
+    _same_completions(
+        policy.generate(second, params, sessions=sessions), policy.generate(second, params, sessions=plain_sessions)
+    )
+    # Without sessions too (ORSD's K proposals from one prompt).
+    _same_completions(
+        policy.generate([b] * 4, params), _without_sharing(policy, lambda: policy.generate([b] * 4, params))
+    )
+
+
+def test_shared_prefix_groups_save_the_most_tokens():
+    from orsd_gym.policies.kvcache import MIN_SHARED_PREFIX, shared_prefix_groups
+
+    system = list(range(100, 100 + MIN_SHARED_PREFIX + 4))
+    task_a, task_b = system + [1] * 50 + [7], system + [2] * 50 + [7]
+    contexts = [task_a, task_b, task_a, task_b, task_a, system + [3]]
+    groups = shared_prefix_groups(contexts, range(len(contexts)))
+    # Each task's group shares its whole prompt but the last token; the odd one out shares no group.
+    assert sorted((sorted(rows), n) for rows, n in groups) == [([0, 2, 4], len(task_a) - 1), ([1, 3], len(task_b) - 1)]
+    # Three different tasks share only the system prompt: one group over it.
+    contexts = [system + [k] * 5 for k in range(3)]
+    assert shared_prefix_groups(contexts, range(3)) == [([0, 1, 2], len(system))]
+    assert shared_prefix_groups([[1] * 10, [1] * 10], [0, 1]) == []  # too short to be worth a pass
+
+
+def test_bf16_inference_samples_in_bf16_and_updates_in_fp32():
+    bf16 = load_policy("tiny-random", seed=0, inference_dtype="bfloat16")
+    assert bf16.dtype == torch.bfloat16 and bf16.model.dtype == torch.float32
+    contexts = _contexts(bf16, 2)
+    outs = bf16.generate(contexts, SamplingParams(max_new_tokens=8, seed=3))
+    sequences = [c + o.token_ids for c, o in zip(contexts, outs)]
+    masks = [[0] * len(c) + [1] * len(o.token_ids) for c, o in zip(contexts, outs)]
+    no_grad = bf16.score(sequences, masks)
+    with_grad = bf16.score(sequences, masks, with_grad=True)
+    assert with_grad[0].requires_grad
+    for c, o, a, b in zip(contexts, outs, no_grad, with_grad):
+        # bf16 sampling log-probs agree with bf16 scoring (same precision) to bf16 tolerance,
+        # and differ from the fp32 update's scoring by about as much.
+        assert torch.allclose(torch.tensor(o.logprobs), a[len(c) :], atol=0.1)
+        assert torch.allclose(a[len(c) :], b.detach()[len(c) :], atol=0.1)
+        assert not torch.equal(a[len(c) :], b.detach()[len(c) :])
+    frozen = bf16.copy_frozen()
+    assert frozen.model.dtype == torch.bfloat16 and frozen.dtype == torch.bfloat16
+
+
 def test_stop_strings_and_eos(policy):
     context = _contexts(policy, 1)
     greedy = policy.generate(context, SamplingParams(max_new_tokens=12, temperature=0))[0]

@@ -1,10 +1,10 @@
 """The README's code blocks, executed, so they cannot drift from the code.
 
 Python blocks run in order as one script (later blocks use names earlier ones import), in a
-scratch directory (files they write stay out of the checkout), scaled down: the embedded model becomes the tiny random one. Every
-``orsd-gym`` command line of the bash blocks is parsed by the real command-line parser, and the
-config its training commands name (file and dotted overrides) is loaded and validated; every
-``make`` target they name exists.
+scratch directory (files they write stay out of the checkout), scaled down: the embedded model
+becomes the tiny random one. Every ``orsd-gym`` command line of the bash blocks is parsed by
+the real command-line parser, and the config its training commands name (file and dotted
+overrides) is loaded and validated; every ``make`` target they name exists.
 """
 
 from __future__ import annotations
@@ -53,7 +53,9 @@ def test_python_blocks_run(tmp_path):
     script = tmp_path / "readme_blocks.py"
     script.write_text(_python_script(), encoding="utf-8")
     env = {**__import__("os").environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=900, env=env)
+    done = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=900, env=env
+    )
     assert done.returncode == 0, done.stderr[-3000:]
 
 

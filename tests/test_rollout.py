@@ -115,6 +115,30 @@ def test_vector_env_and_no_kv_cache_give_the_same_tokens(policy):
     assert all(t.extra["reused_prefix_tokens"] == 0 for t in plain)
 
 
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_idle_vector_env_slots_are_never_stepped(policy, mode):
+    from counting_env import ENV_ID
+
+    # Five slots for four episodes (one slot is never reset); a teacher that always guesses 1
+    # ends the episodes of task 0 (hidden number 1) at once and plays task 1's for 4 turns, so
+    # two slots sit idle for three rounds. Only steps of episodes in progress reach the envs.
+    vec = gym.make_vec(ENV_ID, num_envs=5, vectorization_mode=mode, high=2)
+    try:
+        out = collect(
+            vec,
+            policy,
+            [TaskSpec(seed=0, task_id=0), TaskSpec(seed=0, task_id=1)],
+            group_size=2,
+            options=RolloutOptions(max_turns=4),
+            teacher=lambda info: "guess 1",
+        )
+        steps = sum(vec.get_attr("steps_taken"))
+    finally:
+        vec.close()
+    assert [len(t.actions) for t in out] == [1, 1, 4, 4]
+    assert steps == 10
+
+
 def test_per_step_layout(policy):
     out = collect(
         GUESS,

@@ -14,7 +14,7 @@ from orsd_gym.policies.base import Completion, Policy, SamplingParams
 _LAZY = {
     "load_policy": "orsd_gym.policies.models",
     "HFPolicy": "orsd_gym.policies.hf",
-    "KVSession": "orsd_gym.policies.hf",
+    "KVSession": "orsd_gym.policies.kvcache",
     "LoRASettings": "orsd_gym.policies.hf",
 }
 

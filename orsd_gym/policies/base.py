@@ -124,6 +124,15 @@ class Policy(Protocol):
         Used by verifiers that read P("yes") without generating. Batched like `score`.
         """
 
+    def weight_bytes(self) -> int:
+        """Bytes the model's weights take (every parameter, trainable or frozen)."""
+
+    def update_activation_bytes(self, rows: int, length: int) -> int:
+        """Estimated peak bytes a forward and backward pass (`score` with grad) over ``rows``
+        sequences padded to ``length`` tokens adds: activations kept for backward, the
+        recomputation of one layer, the LM-head chunks. Weights, gradients and optimiser state
+        are not included. Used to size update micro-batches under a memory budget."""
+
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
         """Parameters the optimiser updates (LoRA adapters only, when LoRA is on)."""
 

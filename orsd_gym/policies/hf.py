@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import copy
 import inspect
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,8 @@ from torch.utils.checkpoint import checkpoint
 from orsd_gym.errors import ContextTooLongError
 from orsd_gym.policies.base import Completion, FinishReason, SamplingParams
 from orsd_gym.policies.chat import ChatRenderer
+from orsd_gym.policies.kvcache import KVSession, batch_cache, common_prefix, shared_prefix_groups, store_sessions
+from orsd_gym.profiling import count, phase
 
 
 @dataclass(frozen=True)
@@ -38,24 +41,6 @@ class LoRASettings:
     alpha: int = 16
     dropout: float = 0.0
     target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
-
-
-@dataclass
-class KVSession:
-    """Keys/values of one token prefix, kept between calls to `HFPolicy.generate`.
-
-    ``token_ids`` are the tokens whose keys/values ``layers`` holds (one ``(key, value)`` pair of
-    shape ``[1, kv_heads, len(token_ids), head_dim]`` per layer). A call reuses the longest
-    common prefix of ``token_ids`` and the new context, so a session is never *wrong*, only
-    more or less useful.
-    """
-
-    token_ids: list[int] = field(default_factory=list)
-    layers: list[tuple[torch.Tensor, torch.Tensor]] | None = None
-
-    def clear(self) -> None:
-        self.token_ids = []
-        self.layers = None
 
 
 def resolve_dtype(dtype: str | torch.dtype, device: str) -> torch.dtype:
@@ -93,21 +78,14 @@ def load_pretrained(source: str, *, device: str, dtype: str | torch.dtype, attn_
     return model, tokenizer
 
 
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
-
-
 class HFPolicy:
     """A transformers causal LM behind the `Policy` protocol.
 
     ``token_budget`` caps ``rows * padded_length`` of one `score` / `next_token_logprobs`
     micro-batch; ``logits_chunk`` is how many positions go through the LM head at once (the
-    ``[positions, vocab]`` logits are the memory peak of scoring, and under ``with_grad`` each
-    chunk is recomputed on backward instead of stored).
+    ``[positions, vocab]`` logits are the memory peak of scoring: 256 positions of a 49k vocabulary
+    take 50 MB per float32 copy, and a chunk's softmax and gradient hold a few; under
+    ``with_grad`` each chunk is recomputed on backward instead of stored).
     """
 
     def __init__(
@@ -120,8 +98,10 @@ class HFPolicy:
         chat_template_kwargs: dict[str, Any] | None = None,
         name: str = "",
         token_budget: int = 16_384,
-        logits_chunk: int = 1_024,
+        logits_chunk: int = 256,
         gradient_checkpointing: bool = False,
+        share_prefixes: bool = True,
+        inference_dtype: str | torch.dtype | None = None,
     ) -> None:
         if token_budget < 1 or logits_chunk < 1:
             raise ValueError("token_budget and logits_chunk must be >= 1")
@@ -134,6 +114,7 @@ class HFPolicy:
                 model.activation_checkpointing_enable(activation_checkpointing_kwargs=no_reentrant)
             else:
                 model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=no_reentrant)
+        self.gradient_checkpointing = gradient_checkpointing
         if lora is not None:
             model = _wrap_lora(model, lora)
         self.model = model
@@ -145,7 +126,15 @@ class HFPolicy:
         self._chat = ChatRenderer(tokenizer, chat_template_kwargs)
         self.token_budget = token_budget
         self.logits_chunk = logits_chunk
+        #: Encode a prefix that several rows of one `generate` call share once (same tokens).
+        self.share_prefixes = share_prefixes
         self.device = next(model.parameters()).device
+        weights_dtype = next(model.parameters()).dtype
+        #: The dtype sampling and scoring without gradients compute in: the weights' own, or a
+        #: lower precision through autocast (updates always compute in the weights' dtype).
+        self.inference_dtype = (
+            weights_dtype if inference_dtype is None else resolve_dtype(inference_dtype, self.device.type)
+        )
         self._generator = torch.Generator(device=self.device).manual_seed(seed)
         self.stop_token_ids = self._find_stop_token_ids()
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
@@ -153,6 +142,7 @@ class HFPolicy:
         self._lm_head = base.get_output_embeddings()
         self._cache_kwarg = "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
         config = base.config
+        self._num_layers = int(config.num_hidden_layers)
         self._max_positions = int(getattr(config, "max_position_embeddings", 1 << 30))
         # Sliding-window caches drop old keys, so a stored prefix cannot be spliced back in.
         self.supports_prefix_cache = not getattr(config, "use_sliding_window", False) and not any(
@@ -170,7 +160,14 @@ class HFPolicy:
 
     @property
     def dtype(self) -> torch.dtype:
-        return self._lm_head.weight.dtype
+        """The dtype of sampling and of scoring without gradients (`inference_dtype`)."""
+        return self.inference_dtype
+
+    def _inference(self) -> Any:
+        """No gradients, and autocast to `inference_dtype` where it differs from the weights'."""
+        if self.inference_dtype == self._lm_head.weight.dtype:
+            return torch.no_grad()
+        return _no_grad_autocast(self.device.type, self.inference_dtype)
 
     @property
     def vocab_size(self) -> int:
@@ -245,7 +242,7 @@ class HFPolicy:
             generator = torch.Generator(device=self.device).manual_seed(params.seed)
         else:
             generator = self._generator
-        with torch.no_grad():
+        with self._inference():
             return self._generate(contexts, params, sessions, generator)
 
     def _generate(
@@ -256,63 +253,115 @@ class HFPolicy:
         generator: torch.Generator | list[torch.Generator],
     ) -> list[Completion]:
         batch = len(contexts)
-        reuse = [0] * batch
-        if sessions is not None and self.supports_prefix_cache:
-            for i, (ctx, session) in enumerate(zip(contexts, sessions, strict=True)):
-                if session.layers is not None:
-                    # At least one new token must be fed to get next-token logits.
-                    reuse[i] = min(_common_prefix(session.token_ids, ctx), len(ctx) - 1)
-        cached = max(reuse)
-        suffixes = [ctx[r:] for ctx, r in zip(contexts, reuse, strict=True)]
-        width = max(len(s) for s in suffixes)
-        pad = int(self._tokenizer.pad_token_id)
-
-        mask = torch.zeros(batch, cached + width, dtype=torch.long, device=self.device)
-        input_ids = torch.full((batch, width), pad, dtype=torch.long, device=self.device)
-        for i, (r, suffix) in enumerate(zip(reuse, suffixes, strict=True)):
-            mask[i, cached - r : cached] = 1
-            mask[i, cached + width - len(suffix) :] = 1
-            input_ids[i, width - len(suffix) :] = torch.tensor(suffix, device=self.device)
-        cache = self._batched_cache(sessions, reuse, cached)
-        logits = self._step(input_ids, mask, cache, cached)
+        with phase("prefill"):
+            reuse, shared, sources = self._prefix_sources(contexts, sessions)
+            cached = max(reuse)
+            suffixes = [ctx[r:] for ctx, r in zip(contexts, reuse, strict=True)]
+            width = max(len(s) for s in suffixes)
+            pad = int(self._tokenizer.pad_token_id)
+            mask = torch.zeros(batch, cached + width, dtype=torch.long, device=self.device)
+            input_ids = torch.full((batch, width), pad, dtype=torch.long, device=self.device)
+            for i, (r, suffix) in enumerate(zip(reuse, suffixes, strict=True)):
+                mask[i, cached - r : cached] = 1
+                mask[i, cached + width - len(suffix) :] = 1
+                input_ids[i, width - len(suffix) :] = torch.tensor(suffix, device=self.device)
+            cache = batch_cache(sources, reuse, cached, self._num_layers, width + params.max_new_tokens)
+            logits = self._step(input_ids, mask, cache, cached)
+        count("prefill_tokens", sum(len(s) for s in suffixes))
         in_cache = [list(ctx) for ctx in contexts]
 
         tokens: list[list[int]] = [[] for _ in range(batch)]
         logprobs: list[list[float]] = [[] for _ in range(batch)]
         finish: list[FinishReason | None] = [None] * batch
-        for _ in range(params.max_new_tokens):
-            sampled, sampled_logprobs = _sample(logits, params, generator)
-            fed = torch.zeros(batch, dtype=torch.long, device=self.device)
-            next_ids = torch.full((batch,), pad, dtype=torch.long, device=self.device)
-            for i in range(batch):
-                if finish[i] is not None:
-                    continue
-                token = int(sampled[i])
-                tokens[i].append(token)
-                logprobs[i].append(float(sampled_logprobs[i]))
-                fed[i], next_ids[i] = 1, token
-                finish[i] = self._finish_reason(tokens[i], params)
-            if all(f is not None for f in finish):
-                break
-            # Feed each row's newest token (cached for the next turn even if the row just
-            # finished); rows finished earlier get a masked pad.
-            for i in range(batch):
-                if fed[i]:
-                    in_cache[i].append(int(next_ids[i]))
-            mask = torch.cat([mask, fed[:, None]], dim=1)
-            logits = self._step(next_ids[:, None], mask, cache, mask.shape[1] - 1)
-
-        if sessions is not None and self.supports_prefix_cache:
-            self._store_sessions(sessions, cache, mask, in_cache)
+        with phase("decode"):
+            for _ in range(params.max_new_tokens):
+                sampled, sampled_logprobs = _sample(logits, params, generator)
+                # One transfer per step (not one per row): on a GPU each element read is a sync.
+                sampled_ids, sampled_lps = sampled.tolist(), sampled_logprobs.tolist()
+                fed, next_ids = [0] * batch, [pad] * batch
+                for i in range(batch):
+                    if finish[i] is not None:
+                        continue
+                    tokens[i].append(sampled_ids[i])
+                    logprobs[i].append(sampled_lps[i])
+                    fed[i], next_ids[i] = 1, sampled_ids[i]
+                    finish[i] = self._finish_reason(tokens[i], params)
+                if all(f is not None for f in finish):
+                    break
+                # Feed each row's newest token (cached for the next turn even if the row just
+                # finished); rows finished earlier get a masked pad.
+                for i in range(batch):
+                    if fed[i]:
+                        in_cache[i].append(next_ids[i])
+                mask = torch.cat([mask, torch.tensor(fed, device=self.device)[:, None]], dim=1)
+                logits = self._step(torch.tensor(next_ids, device=self.device)[:, None], mask, cache, mask.shape[1] - 1)
+                count("decode_steps")
+                count("decode_row_steps", batch)
+                count("decode_attended_positions", batch * mask.shape[1])
+            if sessions is not None and self.supports_prefix_cache:
+                store_sessions(sessions, cache, mask, in_cache)
+        count("sampled_tokens", sum(len(t) for t in tokens))
         completions = []
         for i in range(batch):
             reason = finish[i] or "length"
             body = tokens[i][:-1] if reason == "eos" else tokens[i]
             text = self._tokenizer.decode(body, skip_special_tokens=False)
-            completions.append(
-                Completion(list(tokens[i]), logprobs[i], text, reason, extra={"reused_prefix_tokens": reuse[i]})
-            )
+            extra = {
+                "reused_prefix_tokens": 0 if i in shared else reuse[i],
+                "shared_prefix_tokens": reuse[i] if i in shared else 0,
+            }
+            completions.append(Completion(list(tokens[i]), logprobs[i], text, reason, extra=extra))
         return completions
+
+    def _prefix_sources(
+        self, contexts: list[list[int]], sessions: Sequence[KVSession] | None
+    ) -> tuple[list[int], set[int], list[KVSession | None]]:
+        """Where each row's cached prefix comes from: ``(tokens reused, rows on a shared
+        prefix, the session holding them)``.
+
+        A row reuses its own session's longest common prefix with its context; rows that have
+        none but share a prefix with other rows of the call (a GRPO group's first turn, ORSD's
+        K proposals) start from one encoding of that prefix (`_shared_prefix_groups`).
+        """
+        batch = len(contexts)
+        reuse = [0] * batch
+        sources: list[KVSession | None] = [None] * batch
+        if not self.supports_prefix_cache:
+            return reuse, set(), sources
+        if sessions is not None:
+            for i, (ctx, session) in enumerate(zip(contexts, sessions, strict=True)):
+                if session.layers is not None:
+                    # At least one new token must be fed to get next-token logits.
+                    reuse[i] = min(common_prefix(session.token_ids, ctx), len(ctx) - 1)
+                    sources[i] = session if reuse[i] > 0 else None
+        shared: set[int] = set()
+        if self.share_prefixes:
+            groups = shared_prefix_groups(contexts, [i for i in range(batch) if reuse[i] == 0])
+            for (rows, _), session in zip(groups, self._encode_prefixes(contexts, groups), strict=True):
+                for i in rows:
+                    reuse[i], sources[i] = len(session.token_ids), session
+                shared.update(rows)
+        return reuse, shared, sources
+
+    def _encode_prefixes(self, contexts: list[list[int]], groups: list[tuple[list[int], int]]) -> list[KVSession]:
+        """One session per group holding the keys/values of the group's common prefix (one
+        left-padded forward pass for all groups)."""
+        if not groups:
+            return []
+        prefixes = [contexts[rows[0]][:length] for rows, length in groups]
+        width = max(len(p) for p in prefixes)
+        ids = torch.full((len(prefixes), width), int(self._tokenizer.pad_token_id), dtype=torch.long)
+        mask = torch.zeros(len(prefixes), width, dtype=torch.long)
+        for j, prefix in enumerate(prefixes):
+            ids[j, width - len(prefix) :] = torch.tensor(prefix)
+            mask[j, width - len(prefix) :] = 1
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        cache = batch_cache([None] * len(prefixes), [0] * len(prefixes), 0, self._num_layers, width)
+        self._step(ids, mask, cache, 0)
+        count("prefill_tokens", sum(len(p) for p in prefixes))
+        sessions = [KVSession() for _ in prefixes]
+        store_sessions(sessions, cache, mask, prefixes)
+        return sessions
 
     def _finish_reason(self, tokens: list[int], params: SamplingParams) -> FinishReason | None:
         if tokens[-1] in self.stop_token_ids:
@@ -339,34 +388,6 @@ class HFPolicy:
             **{self._cache_kwarg: cache},
         )
         return out.logits[:, -1].float()
-
-    def _batched_cache(self, sessions: Sequence[KVSession] | None, reuse: list[int], cached: int) -> Any:
-        from transformers import DynamicCache
-
-        if cached == 0 or sessions is None:
-            return DynamicCache()
-        donor = next(s.layers for s, r in zip(sessions, reuse, strict=True) if r > 0)
-        data = []
-        for layer, (key0, value0) in enumerate(donor):
-            shape = (len(reuse), key0.shape[1], cached, key0.shape[3])
-            keys = torch.zeros(shape, dtype=key0.dtype, device=self.device)
-            values = torch.zeros(shape, dtype=value0.dtype, device=self.device)
-            for i, (session, r) in enumerate(zip(sessions, reuse, strict=True)):
-                if r > 0:
-                    keys[i, :, cached - r :] = session.layers[layer][0][0, :, :r]
-                    values[i, :, cached - r :] = session.layers[layer][1][0, :, :r]
-            data.append((keys, values))
-        return DynamicCache(data)
-
-    def _store_sessions(self, sessions: Sequence[KVSession], cache: Any, mask: torch.Tensor, in_cache) -> None:
-        layers = [(layer.keys, layer.values) for layer in cache.layers]
-        for i, session in enumerate(sessions):
-            keep = mask[i].nonzero().squeeze(-1)
-            if keep.numel() != len(in_cache[i]):  # never expected; a stale session is just dropped
-                session.clear()
-                continue
-            session.token_ids = in_cache[i]
-            session.layers = [(k[i : i + 1, :, keep].clone(), v[i : i + 1, :, keep].clone()) for k, v in layers]
 
     # ------------------------------------------------------------------ protocol: scoring
     def _micro_batches(self, lengths: list[int]) -> list[list[int]]:
@@ -413,8 +434,7 @@ class HFPolicy:
                     raise ValueError(f"loss_masks[{i}] has length {len(m)}, sequence has {len(seq)}")
         logps: list[torch.Tensor | None] = [None] * len(sequences)
         entropies: list[torch.Tensor | None] = [None] * len(sequences)
-        grad_mode = torch.enable_grad() if with_grad else torch.no_grad()
-        with grad_mode:
+        with torch.enable_grad() if with_grad else self._inference(), phase("forward" if with_grad else "score"):
             for batch in self._micro_batches([len(s) for s in sequences]):
                 rows = [sequences[i] for i in batch]
                 hidden = self._hidden(rows)
@@ -439,32 +459,41 @@ class HFPolicy:
                             selected[s : s + self.logits_chunk],
                             target_t[s : s + self.logits_chunk],
                             temperature,
-                            with_grad,
+                            with_grad=with_grad,
+                            entropy=return_entropy,
                         )
                         for s in range(0, n_sel, self.logits_chunk)
                     ]
                     sel_logp = torch.cat([p[0] for p in parts])
-                    sel_ent = torch.cat([p[1] for p in parts])
+                    if return_entropy:
+                        sel_ent = torch.cat([p[1] for p in parts])
                 start = 0
                 for j, i in enumerate(batch):
-                    count = counts[j]
-                    positions = torch.tensor(where_pos[start : start + count], device=self.device, dtype=torch.long)
+                    n = counts[j]
+                    positions = torch.tensor(where_pos[start : start + n], device=self.device, dtype=torch.long)
                     zeros = torch.zeros(len(sequences[i]), dtype=torch.float32, device=self.device)
-                    logps[i] = zeros.index_put((positions,), sel_logp[start : start + count])
+                    logps[i] = zeros.index_put((positions,), sel_logp[start : start + n])
                     if return_entropy:
-                        entropies[i] = zeros.index_put((positions,), sel_ent[start : start + count])
-                    start += count
+                        entropies[i] = zeros.index_put((positions,), sel_ent[start : start + n])
+                    start += n
         if return_entropy:
             return list(logps), list(entropies)  # type: ignore[arg-type]
         return list(logps)  # type: ignore[arg-type]
 
-    def _head_logprobs(self, hidden: torch.Tensor, targets: torch.Tensor, temperature: float, with_grad: bool):
-        def head(h: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            logits = self._lm_head(h).float() / temperature
+    def _head_logprobs(
+        self, hidden: torch.Tensor, targets: torch.Tensor, temperature: float, *, with_grad: bool, entropy: bool
+    ) -> tuple[torch.Tensor, ...]:
+        """``(log-probs,)`` of ``targets`` after ``hidden``, plus the entropies when ``entropy``."""
+
+        def head(h: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            logits = self._lm_head(h).float()
+            if temperature != 1.0:
+                logits = logits / temperature
             lse = torch.logsumexp(logits, dim=-1)
             logp = logits.gather(-1, y[:, None]).squeeze(-1) - lse
-            entropy = lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)
-            return logp, entropy
+            if not entropy:
+                return (logp,)
+            return logp, lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)
 
         if with_grad and torch.is_grad_enabled():
             # Recompute the [chunk, vocab] logits on backward rather than keeping them alive.
@@ -475,7 +504,7 @@ class HFPolicy:
         """See `Policy.next_token_logprobs`; a float32 CPU tensor ``[len(contexts), vocab]``."""
         contexts = self._check_tokens(contexts, "contexts")
         out = torch.empty(len(contexts), self.vocab_size, dtype=torch.float32)
-        with torch.no_grad():
+        with self._inference(), phase("score"):
             for batch in self._micro_batches([len(c) for c in contexts]):
                 rows = [contexts[i] for i in batch]
                 hidden = self._hidden(rows)
@@ -485,6 +514,27 @@ class HFPolicy:
                 ]
                 out[batch] = torch.log_softmax(self._lm_head(last).float(), dim=-1).cpu()
         return out
+
+    # ------------------------------------------------------------------ protocol: memory
+    def weight_bytes(self) -> int:
+        return sum(p.numel() * p.element_size() for p in self.model.parameters())
+
+    def update_activation_bytes(self, rows: int, length: int) -> int:
+        """See `Policy.update_activation_bytes`. Per token: each layer's input (with gradient
+        checkpointing) or all of a layer's saved activations (without), plus one layer's
+        activations and their gradients while it is recomputed, and the final hidden states;
+        per micro-batch: the padding mask's ``[rows, length, length]`` booleans and one LM-head
+        chunk (its logits, their exponentials and gradient, in float32). Calibrated against
+        measured peaks in benchmarks/iteration_profile.py."""
+        config = (self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model).config
+        width = self._lm_head.weight.element_size()
+        hidden, inner = int(config.hidden_size), int(config.intermediate_size)
+        # A Llama-style layer keeps about 12 hidden-wide and 5 MLP-wide tensors per token.
+        layer = (12 * hidden + 5 * inner) * width
+        kept = self._num_layers * (hidden * width if self.gradient_checkpointing else layer)
+        tokens = rows * length
+        head = min(self.logits_chunk, tokens) * self.vocab_size * 4 * 4
+        return tokens * (kept + 2 * layer + 3 * hidden * width) + rows * length * length + head
 
     # ------------------------------------------------------------------ protocol: weights
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
@@ -531,16 +581,28 @@ class HFPolicy:
         return self
 
     def copy_frozen(self) -> HFPolicy:
+        model = copy.deepcopy(self.model)
+        if self.inference_dtype != self._lm_head.weight.dtype:
+            # A frozen copy is only ever used for inference: it can hold its weights in that dtype.
+            model.to(self.inference_dtype)
         frozen = HFPolicy(
-            copy.deepcopy(self.model),
+            model,
             self._tokenizer,
             seed=self.seed,
             chat_template_kwargs=self._chat.template_kwargs,
             name=self.name,
             token_budget=self.token_budget,
             logits_chunk=self.logits_chunk,
+            share_prefixes=self.share_prefixes,
+            inference_dtype=self.inference_dtype,
         )
         return frozen.freeze()
+
+
+@contextmanager
+def _no_grad_autocast(device_type: str, dtype: torch.dtype) -> Iterator[None]:
+    with torch.no_grad(), torch.autocast(device_type, dtype=dtype):
+        yield
 
 
 def _sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | list[torch.Generator]):

@@ -240,6 +240,7 @@ def load_policy(
     attn_implementation: str | None = "sdpa",
     token_budget: int = 16_384,
     gradient_checkpointing: bool = False,
+    inference_dtype: str | Any | None = None,
 ) -> HFPolicy:
     """Load a model by registry name, local path or hub id as an `HFPolicy`.
 
@@ -248,7 +249,8 @@ def load_policy(
     ``seed`` seeds the policy's own sampling Generator (used when `SamplingParams.seed` is None).
     ``token_budget`` caps the padded tokens of one scoring micro-batch (a trainer passes its
     ``optim.micro_batch_tokens``); ``gradient_checkpointing`` trades recomputation for memory in
-    updates (see `HFPolicy`).
+    updates (see `HFPolicy`). ``inference_dtype`` (e.g. ``"bfloat16"``; None: ``dtype``) is what
+    sampling and scoring without gradients compute in, through autocast; updates keep ``dtype``.
     """
     from orsd_gym.policies.hf import HFPolicy, load_pretrained
 
@@ -266,6 +268,7 @@ def load_policy(
         name=name_or_path,
         token_budget=token_budget,
         gradient_checkpointing=gradient_checkpointing,
+        inference_dtype=inference_dtype,
     )
 
 

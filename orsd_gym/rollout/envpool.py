@@ -1,12 +1,18 @@
 """Slots of envs the collector plays in parallel: a list of envs, or a Gymnasium vector env.
 
 Each slot is reset individually (its own seed and ``task_id`` option) when an episode starts,
-so G attempts at one task and different tasks share one pool. A vector env is driven through
+so G attempts at one task and different tasks share one pool. A vector env is reset through
 ``options["reset_mask"]`` (Gymnasium >= 1.0); its default ``NEXT_STEP`` autoreset is harmless
 because a slot is always reset explicitly before its next episode.
 
 `SlotPool` is the interface the collector drives; `EnvSlots` implements it in this process (or
 its vector env's subprocesses) and `orsd_gym.rollout.ray_envs.RayEnvSlots` in Ray actors.
+
+Only slots with an episode in progress are stepped. Gymnasium's vector envs step every
+sub-env at once, so an idle slot would get a throwaway action (and a finished one an autoreset:
+a whole new ALFWorld game); `EnvSlots` steps a `SyncVectorEnv`'s envs one by one and sends an
+`AsyncVectorEnv`'s workers their ``step`` commands directly. Any other vector env is stepped
+whole, idle slots with an empty action.
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import gymnasium as gym
 import numpy as np
+
+from orsd_gym.profiling import phase
 
 StepResult = tuple[str, float, bool, bool, dict[str, Any]]
 #: What one slot's reset needs: the reset seed and the reset options (e.g. ``task_id``).
@@ -57,6 +65,32 @@ def _unbatch_info(infos: dict[str, Any], index: int) -> dict[str, Any]:
             continue
         out[key] = _unbatch_info(value, index) if isinstance(value, dict) else value[index]
     return out
+
+
+def _steps_workers_alone(vector: gym.vector.AsyncVectorEnv) -> bool:
+    """Whether `_step_async_workers` is exact for ``vector``.
+
+    A worker in ``NEXT_STEP`` autoreset mode forgets that its episode ended on an explicit
+    reset only when it writes to shared memory (Gymnasium 1.x): without shared memory, a slot
+    that was not stepped after its episode ended would swallow its next episode's first step.
+    """
+    return bool(vector.shared_memory) or vector.autoreset_mode == gym.vector.AutoresetMode.DISABLED
+
+
+def _step_async_workers(vector: gym.vector.AsyncVectorEnv, actions: Mapping[int, str]) -> dict[int, StepResult]:
+    """Step only the workers in ``actions``, through the ``("step", action)`` commands that
+    `AsyncVectorEnv.step` would send every worker; a worker's error is raised as it would be."""
+    pipes = vector.parent_pipes
+    for slot, action in actions.items():
+        pipes[slot].send(("step", action))
+    replies = {slot: pipes[slot].recv() for slot in actions}
+    vector._raise_if_errors([replies[slot][1] if slot in replies else True for slot in range(vector.num_envs)])
+    results = {}
+    for slot, ((observation, reward, terminated, truncated, info), _) in replies.items():
+        if vector.shared_memory:  # the worker wrote the observation there, not into its reply
+            observation = vector.observations[slot]
+        results[slot] = (str(observation), float(reward), bool(terminated), bool(truncated), info)
+    return results
 
 
 class EnvSlots:
@@ -108,13 +142,14 @@ class EnvSlots:
         return None if spec is None else spec.id
 
     def reset(self, slot: int, seed: int, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-        if self.vector is None:
-            return self.envs[slot].reset(seed=seed, options=dict(options))
-        mask = np.zeros(self.n, dtype=np.bool_)
-        mask[slot] = True
-        seeds = [seed if i == slot else None for i in range(self.n)]
-        observations, infos = self.vector.reset(seed=seeds, options={**options, "reset_mask": mask})
-        return str(observations[slot]), _unbatch_info(infos, slot)
+        with phase("env_reset"):
+            if self.vector is None:
+                return self.envs[slot].reset(seed=seed, options=dict(options))
+            mask = np.zeros(self.n, dtype=np.bool_)
+            mask[slot] = True
+            seeds = [seed if i == slot else None for i in range(self.n)]
+            observations, infos = self.vector.reset(seed=seeds, options={**options, "reset_mask": mask})
+            return str(observations[slot]), _unbatch_info(infos, slot)
 
     def reset_many(self, requests: Mapping[int, ResetRequest]) -> dict[int, tuple[str, dict[str, Any]]]:
         return {slot: self.reset(slot, seed, options) for slot, (seed, options) in requests.items()}
@@ -123,8 +158,18 @@ class EnvSlots:
         return 0
 
     def step(self, actions: Mapping[int, str]) -> dict[int, StepResult]:
-        if self.vector is None:
-            return {slot: self.envs[slot].step(action) for slot, action in actions.items()}
+        """Step the slots in ``actions`` (and no other) with phase ``env_step``."""
+        with phase("env_step"):
+            if self.vector is None:
+                return {slot: self.envs[slot].step(action) for slot, action in actions.items()}
+            if isinstance(self.vector, gym.vector.SyncVectorEnv):
+                return {slot: self.vector.envs[slot].step(action) for slot, action in actions.items()}
+            if isinstance(self.vector, gym.vector.AsyncVectorEnv) and _steps_workers_alone(self.vector):
+                return _step_async_workers(self.vector, actions)
+            return self._step_whole_vector(actions)
+
+    def _step_whole_vector(self, actions: Mapping[int, str]) -> dict[int, StepResult]:
+        assert self.vector is not None
         batch = [actions.get(slot, "") for slot in range(self.n)]  # idle slots get a throwaway action
         observations, rewards, terminated, truncated, infos = self.vector.step(tuple(batch))
         return {

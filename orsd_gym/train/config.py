@@ -58,6 +58,11 @@ class ModelConfig:
     #: then need a fraction of the memory (fp32 SmolLM2-135M keeps ~1.5 MB per token without it)
     #: for about a third more update compute. Sampling and scoring are unaffected.
     gradient_checkpointing: bool = True
+    #: What sampling and scoring without gradients compute in (None: `dtype`). "bfloat16" runs
+    #: them through autocast on a float32 model (CPUs with bf16 instructions: about 2x faster
+    #: decoding); updates stay in `dtype`, so the PPO ratio at the first epoch starts near, not
+    #: at, 1 (measured in benchmarks/README.md), and ORSD's delta_baseline "auto" rescores.
+    inference_dtype: Literal["float32", "bfloat16", "float16"] | None = None
 
 
 @dataclass
@@ -141,6 +146,11 @@ class OptimConfig:
     minibatches: int = 1
     #: Token budget of one forward/backward micro-batch (gradient accumulation).
     micro_batch_tokens: int = 4096
+    #: Memory budget of the training process in GB (None: none). Micro-batches then also hold
+    #: no more rows than the policy's activation estimate fits into what the budget leaves after
+    #: the weights, gradients, AdamW state, frozen models and a runtime allowance
+    #: (`orsd_gym.train.update.activation_budget`); too small a budget fails before training.
+    max_memory_gb: float | None = None
     scheduler: Literal["constant", "linear", "cosine"] = "constant"
     warmup_steps: int = 0
 
@@ -148,6 +158,8 @@ class OptimConfig:
         if self.lr <= 0:
             raise ValueError(f"lr must be > 0, got {self.lr}")
         _require_at_least_one(self, "epochs", "minibatches", "micro_batch_tokens")
+        if self.max_memory_gb is not None and self.max_memory_gb <= 0:
+            raise ValueError(f"max_memory_gb must be > 0, got {self.max_memory_gb}")
 
 
 @dataclass
@@ -170,6 +182,10 @@ class TrainConfig:
     use_gpu: bool = False
     #: CPUs Ray reserves for each training worker.
     cpus_per_worker: float = 1.0
+    #: Map large allocations so that freed tensor memory leaves the process at once: peak
+    #: resident memory then tracks what is live instead of a fragmented heap (`orsd_gym.allocator`;
+    #: glibc only, process-wide).
+    return_freed_memory: bool = True
 
     def __post_init__(self) -> None:
         if self.iterations < 0:

@@ -58,6 +58,7 @@ def evaluate_checkpoint(config: Config, checkpoint: Checkpoint) -> tuple[list[Tr
         dtype=config.model.dtype,
         lora=config.model.lora.settings(),
         token_budget=config.optim.micro_batch_tokens,
+        inference_dtype=config.model.inference_dtype,
     )
     policy.load_state_dict(checkpoint.policy_state)
     envs = make_envs(

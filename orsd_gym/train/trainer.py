@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,8 +29,10 @@ from safetensors.torch import load_file
 
 from orsd_gym import configio
 from orsd_gym.algos.base import PreparedBatch, make_algorithm
+from orsd_gym.allocator import return_freed_memory
 from orsd_gym.errors import ConfigError
 from orsd_gym.policies.models import load_policy
+from orsd_gym.profiling import phase
 from orsd_gym.rollout.collector import collect
 from orsd_gym.rollout.stats import rollout_stats
 from orsd_gym.rollout.trajectory import save_jsonl
@@ -49,7 +50,7 @@ from orsd_gym.train.metrics import MetricsWriter, combine_worker_metrics
 from orsd_gym.train.plan import build_task_plan
 from orsd_gym.train.rundir import Claim, claim_run_directory, record_changes
 from orsd_gym.train.seeds import ALGO, EVAL, ROLLOUT, iteration_rng, iteration_seed
-from orsd_gym.train.update import make_optimizer, update_policy
+from orsd_gym.train.update import activation_budget, make_optimizer, update_policy
 from orsd_gym.train.warm_start import ensure_warm_start
 from orsd_gym.train.workers import SINGLE, Workers
 
@@ -107,6 +108,8 @@ class Trainer:
             self.console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
         if config.train.threads:
             torch.set_num_threads(config.train.threads)
+        if config.train.return_freed_memory:
+            return_freed_memory()
         if config.train.deterministic:
             torch.use_deterministic_algorithms(True, warn_only=True)
 
@@ -120,6 +123,7 @@ class Trainer:
             seed=config.train.seed,
             token_budget=config.optim.micro_batch_tokens,
             gradient_checkpointing=model.gradient_checkpointing,
+            inference_dtype=model.inference_dtype,
         )
         self.warm_start_metrics = workers.on_main(self._start_weights)
         # Every replica starts from worker 0's weights (its warm start), as DDP's do.
@@ -130,11 +134,14 @@ class Trainer:
         verifier = None
         if self.algo_config.needs_verifier:
             verifier = (
-                load_policy(model.verifier, device=device, dtype=model.dtype).copy_frozen()
+                load_policy(
+                    model.verifier, device=device, dtype=model.dtype, inference_dtype=model.inference_dtype
+                ).copy_frozen()
                 if model.verifier
                 else self.policy.copy_frozen()
             )
         self.algorithm = make_algorithm(config.algo.name, self.algo_config, reference=reference, verifier=verifier)
+        activation_budget(self.policy, self.algorithm, config.optim)  # a budget too small fails here
         steps = config.train.iterations * config.optim.epochs * config.optim.minibatches
         self.optimizer, self.scheduler = make_optimizer(self.policy, config.optim, steps)
 
@@ -280,7 +287,8 @@ class Trainer:
                         self.metrics.write(record)
                         view.update(done, record)
                     if done % cfg.train.checkpoint_every == 0 or done == cfg.train.iterations:
-                        self._checkpoint(done)
+                        with phase("checkpoint"):
+                            self._checkpoint(done)
         finally:
             if self.metrics is not None:
                 self.metrics.close()
@@ -314,31 +322,31 @@ class Trainer:
         record: dict[str, Any] = {"iteration": iteration + 1}
 
         view.phase(f"rollout {iteration + 1}")
-        started = time.perf_counter()
         rollout_seed = iteration_seed(seed, iteration, ROLLOUT)
         groups = self.plan.train[iteration]
         mine = workers.share(len(groups))
-        trajectories = collect(
-            self.envs,
-            self.policy,
-            [groups[g].spec for g in mine],
-            group_size=cfg.rollout.group_size,
-            sampling=cfg.rollout.sampling(cfg.rollout.temperature, rollout_seed),
-            options=cfg.rollout,
-            seed=rollout_seed,
-            first_group=mine.start,
-        )
-        record["time/rollout"] = time.perf_counter() - started
+        with phase("rollout") as timer:
+            trajectories = collect(
+                self.envs,
+                self.policy,
+                [groups[g].spec for g in mine],
+                group_size=cfg.rollout.group_size,
+                sampling=cfg.rollout.sampling(cfg.rollout.temperature, rollout_seed),
+                options=cfg.rollout,
+                seed=rollout_seed,
+                first_group=mine.start,
+            )
+        record["time/rollout"] = timer.seconds
 
         view.phase(f"advantages {iteration + 1}")
-        started = time.perf_counter()
-        rng = iteration_rng(seed, iteration, ALGO, *workers.stream())
-        batch = self.algorithm.prepare(trajectories, self.policy, iteration=iteration, rng=rng)
-        if workers.size > 1:  # e.g. ORSD's offline rubrics: every worker learns what any wrote
-            self.algorithm.load_state_dict(
-                self.algorithm.merge_worker_states(workers.all_gather(self.algorithm.state_dict()))
-            )
-        record["time/prepare"] = time.perf_counter() - started
+        with phase("prepare") as timer:
+            rng = iteration_rng(seed, iteration, ALGO, *workers.stream())
+            batch = self.algorithm.prepare(trajectories, self.policy, iteration=iteration, rng=rng)
+            if workers.size > 1:  # e.g. ORSD's offline rubrics: every worker learns what any wrote
+                self.algorithm.load_state_dict(
+                    self.algorithm.merge_worker_states(workers.all_gather(self.algorithm.state_dict()))
+                )
+        record["time/prepare"] = timer.seconds
         parts = workers.gather((batch, len(mine)))
         if parts is not None:
             batches = [part for part, _ in parts]
@@ -351,27 +359,28 @@ class Trainer:
             self._write_audit(iteration + 1, batches)
 
         view.phase(f"update {iteration + 1}")
-        started = time.perf_counter()
-        losses = update_policy(
-            self.policy,
-            self.algorithm,
-            batch,
-            self.optimizer,
-            self.scheduler,
-            cfg.optim,
-            seed=seed,
-            iteration=iteration,
-            workers=workers,
-        )
+        with phase("update") as timer:
+            losses = update_policy(
+                self.policy,
+                self.algorithm,
+                batch,
+                self.optimizer,
+                self.scheduler,
+                cfg.optim,
+                seed=seed,
+                iteration=iteration,
+                workers=workers,
+            )
         record.update(_namespaced(losses, "loss"))
-        record["time/update"] = time.perf_counter() - started
+        record["time/update"] = timer.seconds
         record["lr"] = self.scheduler.get_last_lr()[0]
         return record
 
     def _evaluate(self, iteration: int) -> dict[str, float]:
         """Evaluate (each worker its share of the tasks); worker 0 records and returns the result."""
         seed = iteration_seed(self.config.train.seed, iteration, EVAL)
-        _, result = evaluate(self.policy, self.eval_envs, self.plan, self.config, seed, self.workers)
+        with phase("eval"):
+            _, result = evaluate(self.policy, self.eval_envs, self.plan, self.config, seed, self.workers)
         if not self.workers.is_main:
             return result
         record = {"iteration": iteration, "env_steps": self.env_steps, **result}

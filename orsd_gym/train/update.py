@@ -3,9 +3,10 @@
 ``optim.epochs`` passes over the batch, each split into ``optim.minibatches`` mini-batches (a
 fresh permutation per pass, from the run's seed); a mini-batch is one optimiser step whose
 gradient is accumulated micro-batch by micro-batch, each micro-batch at most
-``optim.micro_batch_tokens`` padded tokens (the same budget the policy's own scoring uses), then
-clipped to ``optim.grad_clip``. The policy is in train mode (dropout on, e.g. LoRA's) only
-while it updates. The trainer and the benchmarks both call `update_policy`.
+``optim.micro_batch_tokens`` padded tokens (the same budget the policy's own scoring uses) and,
+under a memory budget (``optim.max_memory_gb``), no more rows than its estimated activations
+allow (`activation_budget`), then clipped to ``optim.grad_clip``. The policy is in train mode
+(dropout on, e.g. LoRA's) only while it updates. The trainer and the benchmarks both call `update_policy`.
 
 Data-parallel workers (`orsd_gym.train.workers`) each split their own batch into the same
 number of mini-batches and all-reduce the accumulated gradients before clipping, so every
@@ -16,13 +17,15 @@ norm, and the replicas stay identical.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
 
 from orsd_gym.algos.base import Algorithm, PreparedBatch
+from orsd_gym.errors import MemoryBudgetError
 from orsd_gym.policies.base import Policy
+from orsd_gym.profiling import phase
 from orsd_gym.rollout.trajectory import Trajectory
 from orsd_gym.train.config import OptimConfig
 from orsd_gym.train.seeds import UPDATE, iteration_rng
@@ -54,6 +57,8 @@ def _optimise(
     policy, algorithm, batch, optimizer, scheduler, optim: OptimConfig, seed: int, iteration: int, workers: Workers
 ):
     n = len(batch.trajectories)
+    budget = activation_budget(policy, algorithm, optim)
+    fits = None if budget is None else lambda rows, length: policy.update_activation_bytes(rows, length) <= budget
     sums: dict[str, float] = {}
     counts: dict[str, int] = {}
     grad_norms = []
@@ -62,18 +67,22 @@ def _optimise(
         for minibatch in np.array_split(order, min(optim.minibatches, n)):
             minibatch = [int(i) for i in minibatch]
             optimizer.zero_grad(set_to_none=True)
-            for micro in micro_batches(minibatch, batch.trajectories, optim.micro_batch_tokens):
+            for micro in micro_batches(minibatch, batch.trajectories, optim.micro_batch_tokens, fits):
                 loss, metrics = algorithm.loss(policy, batch, micro, minibatch_indices=minibatch)
-                loss.backward()
+                with phase("backward"):
+                    loss.backward()
                 for key, value in metrics.items():
                     sums[key] = sums.get(key, 0.0) + float(value) * len(micro)
                     counts[key] = counts.get(key, 0) + len(micro)
-            params = policy.trainable_parameters()
-            workers.all_reduce_gradients(params, algorithm.minibatch_weight(batch, minibatch))
-            norm = torch.nn.utils.clip_grad_norm_(params, optim.grad_clip if optim.grad_clip > 0 else math.inf)
-            grad_norms.append(float(norm))
-            optimizer.step()
-            scheduler.step()
+            with phase("optimizer"):
+                params = policy.trainable_parameters()
+                workers.all_reduce_gradients(params, algorithm.minibatch_weight(batch, minibatch))
+                norm = torch.nn.utils.clip_grad_norm_(params, optim.grad_clip if optim.grad_clip > 0 else math.inf)
+                grad_norms.append(float(norm))
+                optimizer.step()
+                scheduler.step()
+    # The gradients are not needed until the next update: free them for the rollout between.
+    optimizer.zero_grad(set_to_none=True)
     sums = workers.sum(sums)
     counts = workers.sum(counts)
     out = {key: sums[key] / counts[key] for key in sums}
@@ -81,14 +90,22 @@ def _optimise(
     return out
 
 
-def micro_batches(indices: Sequence[int], trajectories: Sequence[Trajectory], token_budget: int) -> list[list[int]]:
-    """Split ``indices`` into consecutive groups whose padded size (rows x longest) fits the budget."""
+def micro_batches(
+    indices: Sequence[int],
+    trajectories: Sequence[Trajectory],
+    token_budget: int,
+    fits: Callable[[int, int], bool] | None = None,
+) -> list[list[int]]:
+    """Split ``indices`` into consecutive groups whose padded size (rows x longest) fits the
+    token budget and, when given, ``fits(rows, longest)`` (a memory budget). A trajectory that
+    fits neither on its own still gets a micro-batch of its own."""
     batches: list[list[int]] = []
     current: list[int] = []
     longest = 0
     for index in indices:
         length = len(trajectories[index].token_ids)
-        if current and max(longest, length) * (len(current) + 1) > token_budget:
+        grown = (len(current) + 1, max(longest, length))
+        if current and (grown[0] * grown[1] > token_budget or (fits is not None and not fits(*grown))):
             batches.append(current)
             current, longest = [], 0
         current.append(index)
@@ -96,6 +113,33 @@ def micro_batches(indices: Sequence[int], trajectories: Sequence[Trajectory], to
     if current:
         batches.append(current)
     return batches
+
+
+#: What a training process holds besides the model's weights, gradients, optimiser state and
+#: frozen copies: the interpreter, torch and transformers (0.25 GB), the tokenizer and envs
+#: (the demo's 12 ALFWorld envs: 0.07 GB), a rollout's KV cache (the demo: about 0.3 GB).
+RUNTIME_ALLOWANCE_GB = 0.8
+
+
+def activation_budget(policy: Policy, algorithm: Algorithm, optim: OptimConfig) -> int | None:
+    """Bytes one micro-batch's forward and backward may add under ``optim.max_memory_gb``
+    (None without a memory budget): the budget less the weights, their gradients and AdamW's
+    two moments, the algorithm's frozen models and `RUNTIME_ALLOWANCE_GB`."""
+    if optim.max_memory_gb is None:
+        return None
+    trainable = sum(p.numel() * p.element_size() for p in policy.trainable_parameters())
+    frozen = sum(m.weight_bytes() for m in (algorithm.reference, algorithm.verifier) if m is not None)
+    state = policy.weight_bytes() + 3 * trainable + frozen
+    budget = int((optim.max_memory_gb - RUNTIME_ALLOWANCE_GB) * 1e9) - state
+    smallest = policy.update_activation_bytes(1, 256)
+    if budget < smallest:
+        raise MemoryBudgetError(
+            f"optim.max_memory_gb={optim.max_memory_gb} leaves {budget / 1e9:.2f} GB for an update's activations "
+            f"(weights, gradients, optimiser state and frozen models take {state / 1e9:.2f} GB, the runtime "
+            f"{RUNTIME_ALLOWANCE_GB} GB), less than one 256-token sequence needs ({smallest / 1e9:.2f} GB); raise it, "
+            "or turn on model.gradient_checkpointing or model.lora.enabled"
+        )
+    return budget
 
 
 def make_optimizer(policy: Policy, optim: OptimConfig, total_steps: int):

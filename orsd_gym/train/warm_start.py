@@ -11,7 +11,6 @@ negative log-likelihood of those tokens.
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +18,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from orsd_gym.policies.base import Policy
+from orsd_gym.profiling import phase
 from orsd_gym.rollout.collector import collect, expert_teacher
 from orsd_gym.rollout.trajectory import Trajectory
 from orsd_gym.train.config import Config
@@ -58,6 +58,9 @@ def clone(policy: Policy, demonstrations: list[Trajectory], config: Config) -> d
             losses.append(_clone_epoch(policy, demos, optimizer, rng, config))
     finally:
         policy.set_training(False)
+        # The gradients are not needed again before the first update: free them for the rollouts.
+        for parameter in policy.trainable_parameters():
+            parameter.grad = None
     return {
         "warm_start/demos": float(len(demos)),
         "warm_start/expert_success": len(demos) / len(demonstrations),
@@ -99,9 +102,9 @@ def ensure_warm_start(config: Config, plan: TaskPlan, policy: Policy, path: str 
     if path.is_file():
         policy.load_state_dict(load_file(path))
         return None
-    started = time.perf_counter()
-    metrics = clone(policy, collect_demonstrations(config, plan, policy), config)
-    metrics["warm_start/time"] = time.perf_counter() - started
+    with phase("warm_start") as timer:
+        metrics = clone(policy, collect_demonstrations(config, plan, policy), config)
+    metrics["warm_start/time"] = timer.seconds
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     save_file({k: v.detach().contiguous().cpu() for k, v in policy.state_dict().items()}, partial)

@@ -22,7 +22,6 @@ between tokens of a response without flipping the sign of the outcome signal.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -62,6 +61,7 @@ from orsd_gym.algos.orsd.verifier import (
 )
 from orsd_gym.envs.base import EXPERT_ACTIONS
 from orsd_gym.policies.base import Completion, Policy, SamplingParams
+from orsd_gym.profiling import phase
 from orsd_gym.rollout.trajectory import Trajectory
 
 
@@ -197,7 +197,60 @@ class ORSD(GRPO):
         self, trajectories: Sequence[Trajectory], policy: Policy, *, iteration: int, rng: np.random.Generator
     ) -> PreparedBatch:
         cfg = self.config
-        started = time.perf_counter()
+        times: dict[str, float] = {}
+        with phase("orsd_total") as total:
+            with phase("orsd_grpo") as timer:
+                batch, groups, active = self._groups(trajectories)
+            times["time/orsd_grpo"] = timer.seconds
+            trajs = batch.trajectories
+
+            with phase("orsd_propose") as timer:
+                self._candidates(groups, active, trajs, policy, rng)
+            times["time/orsd_propose"] = timer.seconds
+
+            with phase("orsd_verify") as timer:
+                self._verify([g for g in active if g.bundles], trajs, policy)
+            times["time/orsd_verify"] = timer.seconds
+
+            with phase("orsd_select") as timer:
+                for group in active:
+                    self._select(group, rng)
+                if cfg.rubric_source == "shuffled":
+                    self._lend(groups, active, trajs, policy, rng)
+            times["time/orsd_select"] = timer.seconds
+
+            with phase("orsd_replay") as timer:
+                deltas = self._replay(active, trajs, policy)
+            times["time/orsd_replay"] = timer.seconds
+
+            with phase("orsd_shape") as timer:
+                scales = self._delta_scales(groups, deltas, trajs, batch)
+                corrections = []
+                for i, trajectory in enumerate(trajs):
+                    mask = torch.as_tensor(trajectory.loss_mask, dtype=torch.float32)
+                    shaped = shape_advantages(
+                        batch.advantages[i],
+                        deltas[i],
+                        mask,
+                        cfg.beta,
+                        cfg.delta_clip,
+                        center=cfg.center_delta,
+                        scale=scales.get(i, 1.0),
+                    )
+                    corrections.append(shaped - batch.advantages[i])
+                    batch.advantages[i] = shaped
+            times["time/orsd_shape"] = timer.seconds
+        times["time/orsd_total"] = total.seconds
+
+        batch.token_extras["orsd_delta"] = deltas
+        batch.token_extras["orsd_correction"] = corrections
+        batch.audit = [self._audit(g, deltas, trajs, iteration) for g in groups]
+        batch.metrics.update(self._metrics(groups, active, deltas, trajs))
+        batch.metrics.update(times)
+        return batch
+
+    def _groups(self, trajectories: Sequence[Trajectory]) -> tuple[PreparedBatch, list[_GroupWork], list[_GroupWork]]:
+        """GRPO's batch, every group's work record, and the groups with mixed rewards."""
         batch = self.grpo_prepare(trajectories)
         trajs = batch.trajectories
         groups = [
@@ -210,7 +263,7 @@ class ORSD(GRPO):
                 task_key=_task_key(trajs[episodes[0][0]]),
                 rewards=[batch.rewards[episode[0]] for episode in episodes],
                 bundles=[],
-                source=cfg.rubric_source,
+                source=self.config.rubric_source,
             )
             for gid, episodes in episode_groups(trajs).items()
         ]
@@ -220,24 +273,11 @@ class ORSD(GRPO):
                 group.reason = "all rewards equal"
             else:
                 active.append(group)
-        times = {"time/orsd_grpo": time.perf_counter() - started}
+        return batch, groups, active
 
-        t0 = time.perf_counter()
-        self._candidates(groups, active, trajs, policy, rng)
-        times["time/orsd_propose"] = time.perf_counter() - t0
-
-        t0 = time.perf_counter()
-        self._verify([g for g in active if g.bundles], trajs, policy)
-        times["time/orsd_verify"] = time.perf_counter() - t0
-
-        t0 = time.perf_counter()
-        for group in active:
-            self._select(group, rng)
-        if cfg.rubric_source == "shuffled":
-            self._lend(groups, active, trajs, policy, rng)
-        times["time/orsd_select"] = time.perf_counter() - t0
-
-        t0 = time.perf_counter()
+    def _replay(self, active: list[_GroupWork], trajs: list[Trajectory], policy: Policy) -> list[torch.Tensor]:
+        """delta per token of every trajectory (zeros where its group has no selected rubric)."""
+        cfg = self.config
         rubric_of = {
             i: format_rubric(g.bundles[g.selected]) for g in active if g.selected is not None for i in g.indices
         }
@@ -255,33 +295,7 @@ class ORSD(GRPO):
             )
             for i, delta in zip(replay_indices, replayed, strict=True):
                 deltas[i] = delta
-        times["time/orsd_replay"] = time.perf_counter() - t0
-
-        t0 = time.perf_counter()
-        scales = self._delta_scales(groups, deltas, trajs, batch)
-        corrections = []
-        for i, trajectory in enumerate(trajs):
-            mask = torch.as_tensor(trajectory.loss_mask, dtype=torch.float32)
-            shaped = shape_advantages(
-                batch.advantages[i],
-                deltas[i],
-                mask,
-                cfg.beta,
-                cfg.delta_clip,
-                center=cfg.center_delta,
-                scale=scales.get(i, 1.0),
-            )
-            corrections.append(shaped - batch.advantages[i])
-            batch.advantages[i] = shaped
-        times["time/orsd_shape"] = time.perf_counter() - t0
-        times["time/orsd_total"] = time.perf_counter() - started
-
-        batch.token_extras["orsd_delta"] = deltas
-        batch.token_extras["orsd_correction"] = corrections
-        batch.audit = [self._audit(g, deltas, trajs, iteration) for g in groups]
-        batch.metrics.update(self._metrics(groups, active, deltas, trajs))
-        batch.metrics.update(times)
-        return batch
+        return deltas
 
     def delta_baseline(self, policy: Policy) -> DeltaBaseline:
         """The "without rubric" side of delta for ``policy`` (resolves ``auto``)."""

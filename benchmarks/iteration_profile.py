@@ -1,0 +1,208 @@
+"""One training iteration, phase by phase: where the time and the resident memory go.
+
+For each config (``demo``: the `make demo` preset; ``long``: the same with ALFWorld-length
+episodes, bigger rooms and 15 turns) GRPO and ORSD train `ITERATIONS` iterations on the same
+seed (so on the same first rollouts), each in a fresh process under `orsd_gym.profiling`,
+through the real `Trainer` (warm start shared through one file, no evaluation). Printed per
+phase: calls, seconds, share of the iterations (rollout + prepare + update) and peak resident
+memory (the second iteration holds the optimiser's state: that is the steady state).
+
+Then the decode limit, in the same process right after training: the rollout's own decode
+throughput (rows x steps its forwards computed per second of its decode phase, and the sampled
+tokens per second: rows that finished their turn ride along masked until the batch's longest
+turn ends), and side by side on the same contexts at the rollout's mean batch size and attended
+length, the engine's decode against the model's own batched decode (a bare forward with
+transformers' KV cache, one token per row per step: no sampling, masks or bookkeeping).
+
+    python benchmarks/iteration_profile.py                                  # demo + long, ~1 h on 2 cores
+    python benchmarks/iteration_profile.py --configs demo --json profile.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+CONFIGS = {
+    "demo": [],
+    "long": [
+        "env.kwargs.generator={num_tasks: 64, max_receptacles: 6, num_distractors: 4}",
+        "env.max_episode_steps=15",
+        "rollout.max_turns=15",
+        "rollout.max_episode_tokens=3072",
+    ],
+}
+#: The phases an iteration is made of (the trainer's top-level phases).
+ITERATION = ("rollout", "prepare", "update")
+#: Iterations per run: the second one has the optimiser's state (AdamW's moments are made at
+#: the first step), so its memory is the steady state's; times are per iteration.
+ITERATIONS = 2
+
+
+def bare_decode_tokens_per_s(model, contexts, steps: int) -> float:
+    """Tokens per second of ``steps`` bare decode forwards, one token per row, after ``contexts``."""
+    import torch
+    from transformers import DynamicCache
+
+    cache_kwarg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    ids = torch.tensor(contexts)
+    cache = DynamicCache()
+    with torch.no_grad():
+        model(input_ids=ids, use_cache=True, logits_to_keep=1, **{cache_kwarg: cache})
+        token = ids[:, -1:]
+        started = time.perf_counter()
+        for _ in range(steps):
+            model(input_ids=token, use_cache=True, logits_to_keep=1, **{cache_kwarg: cache})
+        return len(contexts) * steps / (time.perf_counter() - started)
+
+
+def engine_decode_row_steps_per_s(policy, contexts, steps: int, seed: int) -> float:
+    """Rows x steps per second of `HFPolicy.generate`'s decode phase after ``contexts``."""
+    from orsd_gym import profiling
+    from orsd_gym.policies.base import SamplingParams
+
+    with profiling.profiling() as profiler:
+        policy.generate(contexts, SamplingParams(max_new_tokens=steps + 1, seed=seed))
+    return profiler.counters["decode_row_steps"] / profiler.phases["decode"].seconds
+
+
+def decode_limit(policy, batch: int, length: int, steps: int = 16, repeats: int = 3) -> dict:
+    """The engine's decode throughput and the bare forward's, side by side on the same contexts
+    (alternating, best of ``repeats`` each: on a shared machine the best is the least disturbed)."""
+    import torch
+
+    generator = torch.Generator().manual_seed(0)
+    contexts = torch.randint(0, policy.vocab_size, (batch, length), generator=generator).tolist()
+    engine, bare = [], []
+    for repeat in range(repeats):
+        engine.append(engine_decode_row_steps_per_s(policy, contexts, steps, seed=repeat))
+        bare.append(bare_decode_tokens_per_s(policy.model, contexts, steps))
+    return {"batch": batch, "length": length, "engine_row_steps_per_s": max(engine), "bare_tokens_per_s": max(bare)}
+
+
+def run_child(config_name: str, algo: str, overrides: list[str], workdir: Path) -> dict:
+    """One iteration in this process; returns the profile, the run's metrics and the decode limit."""
+    from orsd_gym import profiling
+    from orsd_gym.train.config import load_config
+    from orsd_gym.train.metrics import read_metrics
+    from orsd_gym.train.trainer import Trainer
+
+    out = workdir / f"{config_name}-{algo}"
+    config = load_config(
+        "demo",
+        [
+            *CONFIGS[config_name],
+            *overrides,
+            f"algo.name={algo}",
+            f"train.iterations={ITERATIONS}",
+            "eval.every=0",
+            f"train.output_dir={out}",
+            f"warm_start.path={workdir / f'{config_name}-warm_start.safetensors'}",
+            "logging.live=false",
+            "logging.tensorboard=false",
+        ],
+    )
+    with profiling.profiling() as profiler:
+        with profiling.phase("setup"):  # model load, warm start (cloned once per config), frozen copies
+            trainer = Trainer(config)
+        trainer.run()
+    record = read_metrics(out / "metrics.jsonl")[-1]
+    counters = profiler.counters
+    steps = counters.get("decode_steps", 0)
+    result = {"profile": profiler.as_dict(), "metrics": record}
+    if steps:
+        batch = counters["decode_row_steps"] / steps
+        length = counters["decode_attended_positions"] / counters["decode_row_steps"]
+        decode_seconds = profiler.phases["rollout/decode"].seconds
+        result["decode"] = {
+            "mean_batch": batch,
+            "mean_attended_length": length,
+            "engine_row_steps_per_s": counters["decode_row_steps"] / decode_seconds,
+            "engine_sampled_tokens_per_s": counters["sampled_tokens"] / decode_seconds,
+            "side_by_side": decode_limit(trainer.policy, max(1, round(batch)), max(1, round(length))),
+        }
+    return result
+
+
+def iteration_seconds(result: dict) -> float:
+    """Mean wall time of an iteration (rollout + prepare + update)."""
+    phases = result["profile"]["phases"]
+    return sum(phases[p]["seconds"] for p in ITERATION if p in phases) / ITERATIONS
+
+
+def print_result(name: str, result: dict) -> None:
+    total = iteration_seconds(result)
+    print(
+        f"\n== {name}: {total:.1f} s per iteration (rollout + prepare + update), process peak "
+        f"{result['profile']['peak_rss_gb']:.2f} GB ({result['profile']['peak_method']})"
+    )
+    print(f"({ITERATIONS} iterations; seconds are totals, % of all iterations)")
+    print(f"{'phase':<44}{'calls':>7}{'seconds':>10}{'% iter':>8}{'entry GB':>9}{'peak GB':>9}")
+    for path, stats in result["profile"]["phases"].items():
+        indent = "  " * path.count("/")
+        in_iteration = path.split("/")[0] in ITERATION and total
+        share = f"{100 * stats['seconds'] / (total * ITERATIONS):7.1f}%" if in_iteration else ""
+        label = indent + path.rsplit("/", 1)[-1]
+        memory = f"{stats['entry_rss_gb']:>9.2f}{stats['peak_rss_gb']:>9.2f}"
+        print(f"{label:<44}{stats['calls']:>7}{stats['seconds']:>10.2f}{share:>8}{memory}")
+    decode = result.get("decode")
+    if decode:
+        side = decode["side_by_side"]
+        limit = side["bare_tokens_per_s"]
+        print(
+            f"rollout decode: mean batch {decode['mean_batch']:.1f}, {decode['mean_attended_length']:.0f} positions; "
+            f"{decode['engine_row_steps_per_s']:.1f} row-steps/s, {decode['engine_sampled_tokens_per_s']:.1f} "
+            "sampled tokens/s"
+        )
+        print(
+            f"decode limit side by side (batch {side['batch']}, {side['length']} positions): bare forward "
+            f"{limit:.1f} tokens/s, engine {side['engine_row_steps_per_s']:.1f} row-steps/s = "
+            f"{side['engine_row_steps_per_s'] / limit:.0%} of it"
+        )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--configs", default="demo,long", help=f"comma-separated, of {sorted(CONFIGS)}")
+    parser.add_argument("--algos", default="grpo,orsd")
+    parser.add_argument("--json", default=None, help="write the measurements to this file")
+    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="extra overrides of every run's config")
+    parser.add_argument("--_child", nargs=3, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args._child:
+        config_name, algo, workdir = args._child
+        print(json.dumps(run_child(config_name, algo, args.overrides, Path(workdir))))
+        return 0
+    results: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory(prefix="iteration-profile-") as workdir:
+        for config_name in args.configs.split(","):
+            for algo in args.algos.split(","):
+                command = [sys.executable, __file__, "--_child", config_name, algo, workdir, *args.overrides]
+                done = subprocess.run(command, capture_output=True, text=True)
+                if done.returncode != 0:
+                    sys.stderr.write(done.stderr[-4000:])
+                    return done.returncode
+                name = f"{config_name}/{algo}"
+                results[name] = json.loads(done.stdout.strip().splitlines()[-1])
+                print_result(name, results[name])
+    ratios = {}
+    for config_name in args.configs.split(","):
+        grpo, orsd = results.get(f"{config_name}/grpo"), results.get(f"{config_name}/orsd")
+        if grpo and orsd:
+            ratios[config_name] = iteration_seconds(orsd) / iteration_seconds(grpo)
+            print(f"ORSD / GRPO iteration time, {config_name}: {ratios[config_name]:.2f}x")
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps({"configs": CONFIGS, "results": results, "orsd_over_grpo": ratios}, indent=1)
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

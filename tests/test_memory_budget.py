@@ -1,0 +1,56 @@
+"""Micro-batches sized by a memory budget (optim.max_memory_gb), and the estimate behind it."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from orsd_gym.algos import make_algorithm  # noqa: E402
+from orsd_gym.errors import MemoryBudgetError  # noqa: E402
+from orsd_gym.train.config import OptimConfig  # noqa: E402
+from orsd_gym.train.update import RUNTIME_ALLOWANCE_GB, activation_budget, micro_batches  # noqa: E402
+
+
+def _trajectories(lengths):
+    return [SimpleNamespace(token_ids=[1] * n) for n in lengths]  # all micro_batches reads
+
+
+def test_micro_batches_respect_both_budgets():
+    trajs = _trajectories([100, 100, 100, 100, 300])
+    assert micro_batches(range(5), trajs, token_budget=10_000) == [[0, 1, 2, 3, 4]]
+    # At most two rows, whatever the tokens allow; a row that fits nothing still goes alone.
+    two_rows = lambda rows, length: rows <= 2  # noqa: E731
+    assert micro_batches(range(5), trajs, 10_000, two_rows) == [[0, 1], [2, 3], [4]]
+    assert micro_batches(range(5), trajs, 10_000, lambda rows, length: False) == [[0], [1], [2], [3], [4]]
+    assert micro_batches(range(5), trajs, 250) == [[0, 1], [2, 3], [4]]
+
+
+def test_activation_estimate_grows_with_rows_and_length_and_checkpointing_shrinks_it(policy):
+    estimate = policy.update_activation_bytes
+    assert estimate(2, 512) > estimate(1, 512) and estimate(1, 1024) > estimate(1, 512)
+    saved = policy.gradient_checkpointing
+    try:
+        policy.gradient_checkpointing = True
+        with_checkpointing = estimate(8, 1024)
+        policy.gradient_checkpointing = False
+        assert estimate(8, 1024) > with_checkpointing
+    finally:
+        policy.gradient_checkpointing = saved
+    assert policy.weight_bytes() == sum(p.numel() * 4 for p in policy.model.parameters())
+
+
+def test_activation_budget_counts_the_training_state_and_fails_fast(policy):
+    grpo = make_algorithm("grpo")
+    assert activation_budget(policy, grpo, OptimConfig()) is None
+    state = 4 * policy.weight_bytes()  # weights, gradients, AdamW's two moments (all trainable)
+    budget = activation_budget(policy, grpo, OptimConfig(max_memory_gb=RUNTIME_ALLOWANCE_GB + 1.0))
+    assert budget == int(1e9) - state
+    orsd = make_algorithm("orsd", verifier=policy.copy_frozen())
+    assert activation_budget(policy, orsd, OptimConfig(max_memory_gb=RUNTIME_ALLOWANCE_GB + 1.0)) == budget - (
+        policy.weight_bytes()
+    )
+    with pytest.raises(MemoryBudgetError, match="max_memory_gb=0.81 leaves"):
+        activation_budget(policy, grpo, OptimConfig(max_memory_gb=RUNTIME_ALLOWANCE_GB + 0.01))
