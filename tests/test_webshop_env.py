@@ -374,7 +374,7 @@ def test_benchmark_script_runs_at_a_tiny_size(tmp_path):
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "webshop_perf.py"
     out = tmp_path / "perf.json"
     done = subprocess.run(
-        [sys.executable, str(script), "--large-products", "300", "--steps", "30", "--queries", "5", "--out", str(out)],
+        [sys.executable, str(script), "--large-products", "300", "--steps", "30", "--queries", "5", "--json", str(out)],
         capture_output=True,
         text=True,
         timeout=300,
