@@ -22,7 +22,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--algos",
         default="grpo,orsd",
-        help="comma-separated arms: algorithm names, and ORSD's controls orsd:expert, orsd:shuffled, orsd:file",
+        help=(
+            "comma-separated arms: algorithm names, ORSD's controls orsd:expert, orsd:shuffled, orsd:file, "
+            "and classic-RL baselines sb3:maskable_ppo, sb3:ppo, sb3:dqn, random"
+        ),
     )
     parser.add_argument("--seeds", type=int, default=3, help="number of seeds (0..N-1)")
     parser.add_argument("--out", default="reports/compare", help="report directory")
