@@ -179,6 +179,16 @@ def test_no_live_prints_a_line_per_iteration_and_json_only_on_request(tmp_path):
     assert "final_eval" in json.loads(scripted.stdout)
 
 
+def test_the_iteration_line_prints_the_iteration_wall_time_not_a_sum_of_nested_phases():
+    from orsd_gym.train.console import LiveView
+
+    # ORSD's phases are parts of time/prepare; summing every time/ key counted them three times.
+    record = {"time/rollout": 16.0, "time/prepare": 29.0, "time/orsd_total": 29.0, "time/orsd_propose": 11.0}
+    record.update({"time/orsd_verify": 13.0, "time/update": 56.0, "time/iteration": 112.0})
+    view = LiveView("orsd on env", 3, 0, enabled=False)
+    assert view.line(1, record).endswith("| 112.0 s")
+
+
 def test_config_show_help_defaults_and_rollout_options(tmp_path):
     shown = _cli("config", "show", "--config", "demo", "optim.lr=3e-5")
     assert shown.returncode == 0 and "lr: 3.0e-05" in shown.stdout and "num_bundles" not in shown.stdout

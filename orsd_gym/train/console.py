@@ -110,7 +110,8 @@ class LiveView:
         """The one-line report of an iteration."""
         parts = [f"{self.title} | iteration {iteration}/{self.total}"]
         parts += [f"{label} {record[key]:.3f}" for key, label in LINE if isinstance(record.get(key), float | int)]
-        seconds = sum(v for k, v in record.items() if k.startswith("time/") and isinstance(v, float | int))
+        # The iteration's own wall time: its sub-phases (``time/orsd_*``...) are already inside it.
+        seconds = float(record.get("time/iteration", 0.0))
         eta = self.eta()
         parts.append(f"{seconds:.1f} s" + (f", ETA {time.strftime('%H:%M:%S', time.gmtime(eta))}" if eta else ""))
         return " | ".join(parts)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -277,12 +278,14 @@ class Trainer:
                     view.phase("eval")
                     final_eval = self._evaluate(0)
                 for iteration in range(start, cfg.train.iterations):
+                    started = time.perf_counter()
                     record = self._iteration(iteration, view)
                     done = iteration + 1
                     if cfg.eval.every > 0 and (done % cfg.eval.every == 0 or done == cfg.train.iterations):
                         view.phase("eval")
                         final_eval = self._evaluate(done)
                         record.update(final_eval)
+                    record["time/iteration"] = time.perf_counter() - started  # rollout to evaluation
                     if main:
                         self.metrics.write(record)
                         view.update(done, record)
