@@ -161,12 +161,10 @@ def measure_training(args: argparse.Namespace, workers: int, root: str) -> dict[
     train(load_config(None, overrides))
     total = time.perf_counter() - started
     records = read_metrics(os.path.join(out_dir, "metrics.jsonl"))
-    walls = [sum(v for k, v in r.items() if k.startswith("time/") and not k.startswith("time/orsd")) for r in records]
+    phase_names = ("rollout", "prepare", "update")
+    walls = [sum(r[f"time/{phase}"] for phase in phase_names) for r in records]
     steady = walls[1:] or walls
-    phases = {
-        phase: statistics.median(r[f"time/{phase}"] for r in records[1:] or records)
-        for phase in ("rollout", "prepare", "update")
-    }
+    phases = {phase: statistics.median(r[f"time/{phase}"] for r in records[1:] or records) for phase in phase_names}
     result = {
         "first_iteration_s": walls[0],
         "iteration_s": statistics.median(steady),
