@@ -99,7 +99,9 @@ def run(device_name: str, dtype: str) -> dict:
         ),
     }
     bundles = [["The agent guesses a number in every turn.", "The agent narrows the range after each hint."]] * 2
-    algos["orsd"].load_state_dict({"offline_bundles": {f"{ENV}#{t.task_id}": bundles for t in trajectories}})
+    # Offline bundles are keyed by the task key the env reports at reset.
+    keys = {t.infos[0]["task_key"] for t in trajectories}
+    algos["orsd"].load_state_dict({"offline_bundles": {key: bundles for key in keys}})
     optim = OptimConfig(lr=1e-3, micro_batch_tokens=2048)
     tokens = sum(len(t.token_ids) for t in trajectories)
     for name, algorithm in algos.items():
