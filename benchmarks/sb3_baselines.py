@@ -1,13 +1,17 @@
 """Classic-RL baselines: MaskablePPO (DRRN policy) vs uniformly random admissible actions.
 
 Per env, every seed trains MaskablePPO on the training tasks and evaluates it (greedy) on the
-held-out tasks; the random baseline plays the same held-out tasks. Reports held-out success and
+held-out tasks; the random baseline plays the same held-out tasks. Both sides come from the
+env's own partition (`TextEnv.task_splits`, as a training run's task plan takes them), so no
+evaluation task is a training task. Reports held-out success and
 score (mean episode return; WebShop's purchase score) as mean and spread over seeds, and the SB3
 arm's training throughput in env steps per second.
 
-* ``guess``: GuessNumber, 16 numbers, 4 guesses; trains and evaluates on all 16 numbers.
+* ``guess``: GuessNumber, 16 numbers, 4 guesses; trains on the 13 numbers that are not
+  multiples of 5, evaluates on 5, 10 and 15.
 * ``alfworld``: generated easy rooms (2 receptacles, no distractors, pick_and_place_simple);
-  the first 80% of the generated tasks train, the rest are held out.
+  80% of ``--alfworld-tasks`` train (split ``generated``), the rest are held out (split
+  ``generated_eval``: floor plans no training task uses).
 * ``webshop``: the WebShop small set (1000 products): training on the first N train goals
   (``goal_split="train"``), evaluation on the first M of the benchmark's 500 test goals
   (``goal_split="test"``).
@@ -29,12 +33,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import torch
 from rich.console import Console
 from rich.table import Table
 
 from orsd_gym.baselines import train_baseline
+from orsd_gym.envs.registry import text_env_class
 from orsd_gym.rollout import TaskSpec
+from orsd_gym.train.plan import merge_kwargs
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -58,39 +65,62 @@ def _tasks(task_ids: range) -> list[TaskSpec]:
     return [TaskSpec(seed=task_id, task_id=task_id) for task_id in task_ids]
 
 
+def held_out_setup(
+    name: str,
+    env_id: str,
+    kwargs: dict[str, Any],
+    steps: int,
+    max_actions: int,
+    n_train: int | None = None,
+    n_eval: int | None = None,
+    notes: tuple[str, ...] = (),
+) -> EnvSetup:
+    """Training tasks from the env's training side and evaluation tasks from its held-out side
+    (`TextEnv.task_splits`, as a training run's task plan takes them): disjoint by construction.
+    ``n_train`` / ``n_eval``: the first that many tasks of each side (None: all)."""
+    splits = text_env_class(env_id).task_splits(kwargs)
+    sides = [merge_kwargs(kwargs, splits.train), merge_kwargs(kwargs, splits.held_out)]
+    counts = []
+    for side, wanted in zip(sides, (n_train, n_eval), strict=True):
+        env = gym.make(env_id, **side)
+        available = len(env.unwrapped.tasks)
+        env.close()
+        counts.append(available if wanted is None else min(wanted, available))
+    return EnvSetup(
+        name,
+        env_id,
+        sides[0],
+        sides[1],
+        _tasks(range(counts[0])),
+        _tasks(range(counts[1])),
+        steps,
+        max_actions,
+        [*notes, f"held out: {splits.description}"],
+    )
+
+
 def guess_setup(steps: int) -> EnvSetup:
-    tasks = _tasks(range(16))
-    kwargs = {"high": 16, "max_episode_steps": 4}
-    return EnvSetup("guess", "orsd_gym/GuessNumber-v0", kwargs, None, tasks, tasks, steps, 16)
+    return held_out_setup("guess", "orsd_gym/GuessNumber-v0", {"high": 16, "max_episode_steps": 4}, steps, 16)
 
 
 def alfworld_setup(steps: int, num_tasks: int) -> EnvSetup:
-    n_train = max(1, int(num_tasks * 0.8))
     kwargs = {
         "generator": {"num_tasks": num_tasks, "max_receptacles": 2, "num_distractors": 0},
         "task_types": ["pick_and_place_simple"],
     }
-    return EnvSetup(
-        "alfworld",
-        "orsd_gym/ALFWorld-v0",
-        kwargs,
-        None,
-        _tasks(range(n_train)),
-        _tasks(range(n_train, num_tasks)),
-        steps,
-        16,
-    )
+    n_train = max(1, int(num_tasks * 0.8))
+    return held_out_setup("alfworld", "orsd_gym/ALFWorld-v0", kwargs, steps, 16, n_train, num_tasks - n_train)
 
 
 def webshop_setup(steps: int, eval_goals: int, train_goals: int, data_dir: str | None) -> EnvSetup:
     data = data_dir or os.environ.get("WEBSHOP_DATA") or str(REPO_ROOT.parent / "shared" / "data" / "webshop")
-    notes = []
+    notes: tuple[str, ...] = ()
     if not Path(data).is_dir():
         data = None
-        notes.append("WebShop data not found: synthetic catalog (not the benchmark's products)")
-    train_kwargs, eval_kwargs = {"data_dir": data, "goal_split": "train"}, {"data_dir": data, "goal_split": "test"}
-    train, held_out = _tasks(range(train_goals)), _tasks(range(eval_goals))
-    return EnvSetup("webshop", "orsd_gym/WebShop-v0", train_kwargs, eval_kwargs, train, held_out, steps, 24, notes)
+        notes = ("WebShop data not found: synthetic catalog (not the benchmark's products)",)
+    return held_out_setup(
+        "webshop", "orsd_gym/WebShop-v0", {"data_dir": data}, steps, 24, train_goals, eval_goals, notes
+    )
 
 
 def _spread(values: list[float]) -> dict[str, float]:
