@@ -62,10 +62,12 @@ def main() -> int:
     args = parser.parse_args()
     out = Path(args.out)
     base = configio.load(Config, "demo", [*STUDY, "logging.live=false", *args.overrides])
+    # The commit the runs are trained at (taken before: the tree may move on during hours of runs).
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     started = time.perf_counter()
     report = compare(base, args.arms.split(","), list(range(args.seeds)), out, live=False)
     record = {
-        "commit": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip(),
+        "commit": commit,
         "command": " ".join(sys.argv),
         "arms": args.arms.split(","),
         "seeds": args.seeds,
