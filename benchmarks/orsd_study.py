@@ -1,10 +1,11 @@
 """ORSD's effect with its controls: GRPO vs ORSD (self-written rubrics) vs ORSD with the expert's
 rubric (positive control) vs ORSD with another task's rubric (negative control).
 
-SmolLM2-135M on generated ALFWorld (pick_and_place_simple in 3-receptacle rooms with a
-distractor, 8 steps), warm-started by cloning the planner on 12 training tasks (shared by every
-arm of a seed), evaluated greedily on 24 distinct held-out tasks (floor plans no training task
-uses) after every iteration. The env reports the planner's next action at every step
+SmolLM2-135M on generated ALFWorld (pick_and_place_simple in 2-receptacle rooms with a
+distractor, 8 steps: the warm-started model starts near half there, so there is room both ways),
+warm-started by cloning the planner on 12 training tasks (shared by every arm of a seed),
+evaluated greedily on 24 distinct held-out tasks (floor plans no training task uses) every
+``eval.every`` iterations. The env reports the planner's next action at every step
 (``expert: true``), which the expert and shuffled arms read at reset and which gives every ORSD
 arm its credit alignment. ORSD's correction is normalised per group (``delta_scale:
 normalized``, ``beta`` = its share of a typical advantage).
@@ -34,7 +35,7 @@ from orsd_gym.train.report import print_summary
 ARMS = ["grpo", "orsd", "orsd:expert", "orsd:shuffled"]
 STUDY = [
     "env.kwargs.task_types=[pick_and_place_simple]",
-    "env.kwargs.generator={num_tasks: 96, max_receptacles: 3, num_distractors: 1}",
+    "env.kwargs.generator={num_tasks: 96, max_receptacles: 2, num_distractors: 1}",
     "env.kwargs.expert=true",
     "env.max_episode_steps=8",
     "eval.env_kwargs={expert: false}",  # greedy evaluation needs no planner
