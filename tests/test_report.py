@@ -64,7 +64,8 @@ def test_summary_pairs_by_seed_and_writes_report(tmp_path):
     assert paired["final_success_diff"]["mean"] == pytest.approx(0.25)
     statement = effect_statement(summary)[0]
     # sd 0.0707, t(1) = 12.706 -> half width 0.635: two seeds cannot rule out noise here.
-    assert "+0.250" in statement and "[-0.385, +0.885]" in statement and "includes zero" in statement
+    assert "+0.250" in statement and "[-0.385, +0.885]" in statement
+    assert "every seed goes the same way, but 2 seeds are too few" in statement
     # Over all runs: 2 distinct evaluation tasks, none of them trained on (training: 0..2 and 9).
     tasks = summary["tasks"]
     assert (tasks["eval_distinct"], tasks["train_distinct"], tasks["eval_train_overlap"]) == (2, 4, 0)
@@ -83,3 +84,15 @@ def test_report_counts_overlap_across_runs_and_repeats_warnings(tmp_path):
     text = write_report(tmp_path, Config(), [leaky, _run("orsd", 0, [0.0, 0.5], tmp_path)]).read_text()
     assert "evaluation tasks that any run trained on: 1" in text
     assert "**warning**: env declares no partition" in text
+
+
+def test_effect_needs_enough_seeds_before_it_is_called_larger_than_noise(tmp_path):
+    # Two seeds with the same difference give a zero-width interval, which proves nothing.
+    two = [_run(a, seed, [0.0, x], tmp_path) for seed in (0, 1) for a, x in (("grpo", 1.0), ("orsd", 0.0))]
+    statement = effect_statement(summarise(two))[0]
+    assert "[-1.000, -1.000]" in statement and "2 seeds are too few" in statement
+    assert "larger than seed noise" not in statement
+    three = [
+        _run(a, seed, [0.0, x + seed / 100], tmp_path) for seed in (0, 1, 2) for a, x in (("grpo", 0.2), ("orsd", 0.6))
+    ]
+    assert "excludes zero: the difference is larger than seed noise" in effect_statement(summarise(three))[0]

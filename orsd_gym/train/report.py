@@ -247,15 +247,23 @@ def effect_statement(summary: dict[str, Any]) -> list[str]:
             continue
         estimate = Estimate.from_dict(diff, _difference_bounds("success"))
         low, high = estimate.low, estimate.high
-        verdict = (
-            "the 95% interval excludes zero: the difference is larger than seed noise"
-            if low > 0 or high < 0
-            else "the 95% interval includes zero: the difference is not distinguishable from seed noise"
-        )
-        few = f" With {n} seeds the interval is too wide to separate arms." if n < FEW_SEEDS else ""
+        if n < FEW_SEEDS:
+            # Two seeds that happen to agree give a zero-width interval: it proves nothing.
+            same_sign = all(d > 0 for d in entry["final_success_diffs"]) or all(
+                d < 0 for d in entry["final_success_diffs"]
+            )
+            verdict = (
+                f"every seed goes the same way, but {n} seeds are too few for an interval to separate the arms"
+                if same_sign
+                else f"the seeds disagree, and {n} seeds are too few for an interval to separate the arms"
+            )
+        elif low > 0 or high < 0:
+            verdict = "the 95% interval excludes zero: the difference is larger than seed noise"
+        else:
+            verdict = "the 95% interval includes zero: the difference is not distinguishable from seed noise"
         lines.append(
             f"- {name}: paired final-success difference {diff['mean']:+.3f} "
-            f"(95% CI [{low:+.3f}, {high:+.3f}], {n} seeds){noise_text}; {verdict}.{few}"
+            f"(95% CI [{low:+.3f}, {high:+.3f}], {n} seeds){noise_text}; {verdict}."
         )
     return lines
 
@@ -337,13 +345,14 @@ def write_report(out_dir: str | Path, base_config: Any, results: list[Any]) -> P
     speeds = [
         f"{name}: {run['baseline_env_steps_per_second']:.0f}"
         for name, run in summary["runs"].items()
-        if run.get("baseline_env_steps_per_second") is not None
+        if run.get("baseline_env_steps_per_second")  # `random` trains no steps: it has no speed
     ]
     if speeds:
+        untrained = " (`random` does not train: it is evaluated as it is)" if "random" in summary["algos"] else ""
         lines.append(
             "Classic-RL baselines train on the same training tasks for as many environment steps as the LLM arms "
             "of their seed used, and are evaluated greedily on the same held-out tasks; their training speed "
-            "(env steps/s): " + ", ".join(speeds) + "."
+            f"(env steps/s){untrained}: " + ", ".join(speeds) + "."
         )
     if any(":expert" in algo for algo in summary["algos"]):
         lines.append(
