@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -642,4 +643,7 @@ def _wrap_lora(model: Any, lora: LoRASettings | dict[str, Any]) -> Any:
         target_modules=list(settings.target_modules),
         task_type="CAUSAL_LM",
     )
-    return get_peft_model(model, config)
+    with warnings.catch_warnings():
+        # peft reads transformers' deprecated `is_gradient_checkpointing` alias: not the user's to fix.
+        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+        return get_peft_model(model, config)
