@@ -184,6 +184,28 @@ def test_shared_prefixes_are_encoded_once_and_change_nothing(policy):
     )
 
 
+def test_next_token_logprobs_encode_a_shared_prefix_once_and_change_nothing(policy):
+    from orsd_gym.profiling import profiling
+
+    # A verifier's questions: one attempt, several criteria; and a question about another attempt.
+    def question(attempt, criterion):
+        text = f"An agent's attempt:\n{attempt}\n\nCriterion: {criterion}\nAnswer Yes or No."
+        return policy.chat.prompt_tokens([{"role": "user", "content": text}])
+
+    attempt = "go to sofa 1\ntake keychain 1 from sofa 1\ngo to dresser 1\nput keychain 1 in/on dresser 1"
+    contexts = [question(attempt, c) for c in ("Takes the keychain.", "Goes to the dresser.", "Opens the safe.")]
+    contexts.append(question("look", "Takes the keychain."))
+    with profiling() as profiler:
+        shared = policy.next_token_logprobs(contexts)
+    plain = _without_sharing(policy, lambda: policy.next_token_logprobs(contexts))
+    assert torch.allclose(shared, plain, atol=1e-4)
+    prefix = min(
+        next(k for k, (x, y) in enumerate(zip(contexts[0], other, strict=False)) if x != y) for other in contexts[1:3]
+    )
+    encoded = profiler.counters["prefill_tokens"]  # the common prefix once, then what differs
+    assert sum(len(c) for c in contexts) - 2 * prefix <= encoded <= sum(len(c) for c in contexts) - 2 * prefix + 3
+
+
 def test_shared_prefix_groups_save_the_most_tokens():
     from orsd_gym.policies.kvcache import MIN_SHARED_PREFIX, shared_prefix_groups
 

@@ -254,21 +254,9 @@ class HFPolicy:
         generator: torch.Generator | list[torch.Generator],
     ) -> list[Completion]:
         batch = len(contexts)
+        pad = int(self._tokenizer.pad_token_id)
         with phase("prefill"):
-            reuse, shared, sources = self._prefix_sources(contexts, sessions)
-            cached = max(reuse)
-            suffixes = [ctx[r:] for ctx, r in zip(contexts, reuse, strict=True)]
-            width = max(len(s) for s in suffixes)
-            pad = int(self._tokenizer.pad_token_id)
-            mask = torch.zeros(batch, cached + width, dtype=torch.long, device=self.device)
-            input_ids = torch.full((batch, width), pad, dtype=torch.long, device=self.device)
-            for i, (r, suffix) in enumerate(zip(reuse, suffixes, strict=True)):
-                mask[i, cached - r : cached] = 1
-                mask[i, cached + width - len(suffix) :] = 1
-                input_ids[i, width - len(suffix) :] = torch.tensor(suffix, device=self.device)
-            cache = batch_cache(sources, reuse, cached, self._num_layers, width + params.max_new_tokens)
-            logits = self._step(input_ids, mask, cache, cached)
-        count("prefill_tokens", sum(len(s) for s in suffixes))
+            logits, reuse, shared, cache, mask = self._prefill(contexts, sessions, params.max_new_tokens)
         in_cache = [list(ctx) for ctx in contexts]
 
         tokens: list[list[int]] = [[] for _ in range(batch)]
@@ -313,6 +301,28 @@ class HFPolicy:
             }
             completions.append(Completion(list(tokens[i]), logprobs[i], text, reason, extra=extra))
         return completions
+
+    def _prefill(
+        self, contexts: list[list[int]], sessions: Sequence[KVSession] | None, room: int
+    ) -> tuple[torch.Tensor, list[int], set[int], Any, torch.Tensor]:
+        """Encode each context after the prefix it finds cached (`_prefix_sources`), left-padded
+        into one batch: ``(next-token logits, tokens reused per row, rows on a shared prefix,
+        the cache with ``room`` more positions per row, the attention mask)``."""
+        reuse, shared, sources = self._prefix_sources(contexts, sessions)
+        cached = max(reuse)
+        suffixes = [ctx[r:] for ctx, r in zip(contexts, reuse, strict=True)]
+        width = max(len(s) for s in suffixes)
+        mask = torch.zeros(len(contexts), cached + width, dtype=torch.long, device=self.device)
+        input_ids = torch.full(
+            (len(contexts), width), int(self._tokenizer.pad_token_id), dtype=torch.long, device=self.device
+        )
+        for i, (r, suffix) in enumerate(zip(reuse, suffixes, strict=True)):
+            mask[i, cached - r : cached] = 1
+            mask[i, cached + width - len(suffix) :] = 1
+            input_ids[i, width - len(suffix) :] = torch.tensor(suffix, device=self.device)
+        cache = batch_cache(sources, reuse, cached, self._num_layers, width + room)
+        count("prefill_tokens", sum(len(suffix) for suffix in suffixes))
+        return self._step(input_ids, mask, cache, cached), reuse, shared, cache, mask
 
     def _prefix_sources(
         self, contexts: list[list[int]], sessions: Sequence[KVSession] | None
@@ -399,6 +409,21 @@ class HFPolicy:
                 batches[-1].append(i)
             else:
                 batches.append([i])
+        return batches
+
+    def _prefix_micro_batches(self, contexts: list[list[int]]) -> list[list[int]]:
+        """Micro-batches of ``rows * longest`` at most the token budget, over the contexts in
+        sorted order, so that contexts with a common prefix land in the same one."""
+        batches: list[list[int]] = []
+        longest = 0
+        for i in sorted(range(len(contexts)), key=lambda i: contexts[i]):
+            wider = max(longest, len(contexts[i]))
+            if batches and (len(batches[-1]) + 1) * wider <= self.token_budget:
+                batches[-1].append(i)
+                longest = wider
+            else:
+                batches.append([i])
+                longest = len(contexts[i])
         return batches
 
     def _hidden(self, rows: list[list[int]]) -> torch.Tensor:
@@ -506,6 +531,13 @@ class HFPolicy:
         contexts = self._check_tokens(contexts, "contexts")
         out = torch.empty(len(contexts), self.vocab_size, dtype=torch.float32)
         with self._inference(), phase("score"):
+            if self.share_prefixes and self.supports_prefix_cache:
+                # A verifier asks several questions about one attempt: the contexts share all but
+                # their last lines, and each shared prefix is encoded once per micro-batch.
+                for batch in self._prefix_micro_batches(contexts):
+                    logits = self._prefill([contexts[i] for i in batch], None, 0)[0]
+                    out[batch] = torch.log_softmax(logits, dim=-1).cpu()
+                return out
             for batch in self._micro_batches([len(c) for c in contexts]):
                 rows = [contexts[i] for i in batch]
                 hidden = self._hidden(rows)
