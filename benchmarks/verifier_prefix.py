@@ -1,0 +1,98 @@
+"""ORSD's verification with shared prefixes vs without: every criterion asked about every attempt.
+
+A group of ``--attempts`` ALFWorld-like attempts (rendered as ORSD renders them, about
+``--attempt-lines`` actions each) is judged against ``--criteria`` criteria (K bundles x M
+criteria), one question per (attempt, criterion) pair, exactly as `Verifier.score` asks them.
+With shared prefixes the questions about one attempt encode the task and the attempt once;
+without, every question encodes them. Same questions, scores checked equal; the ratio is wall
+time(without) / wall time(with), best of ``--repeats`` alternating runs each.
+
+    .venv/bin/python benchmarks/verifier_prefix.py [--attempts 4] [--criteria 12] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+import torch
+
+from orsd_gym.algos.orsd.verifier import Judgement, Verifier
+from orsd_gym.policies.models import load_policy
+
+TASK = "put a clean soapbar in countertop."
+PLACES = ["cabinet 1", "countertop 1", "sinkbasin 1", "drawer 2", "shelf 3", "toilet 1", "bathtubbasin 1"]
+CRITERIA = [
+    "Goes to the place where the soapbar is.",
+    "Takes the soapbar before cleaning it.",
+    "Cleans the soapbar at the sinkbasin.",
+    "Puts the clean soapbar on the countertop.",
+    "Does not open receptacles it does not need.",
+    "Checks the countertop before putting the soapbar down.",
+]
+
+
+def attempt(index: int, lines: int) -> str:
+    """A rendered attempt: numbered actions with short observations, different per attempt."""
+    steps = []
+    for turn in range(lines):
+        place = PLACES[(turn * (index + 2)) % len(PLACES)]
+        steps.append(f"{turn + 1}. > go to {place}\n   You arrive at {place}. On the {place}, you see nothing.")
+    return "\n".join(steps)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--attempts", type=int, default=4, help="G: attempts in the group")
+    parser.add_argument("--criteria", type=int, default=12, help="K x M: criteria asked about each attempt")
+    parser.add_argument("--attempt-lines", type=int, default=8, help="actions per rendered attempt")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3, help="alternating runs per mode (the best is kept)")
+    parser.add_argument("--json", default=None, help="write the figures to this file")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    policy = load_policy(args.model)
+    verifier = Verifier(policy)
+    criteria = [
+        CRITERIA[k % len(CRITERIA)] + ("" if k < len(CRITERIA) else f" (check {k})") for k in range(args.criteria)
+    ]
+    rendered = [attempt(g, args.attempt_lines) for g in range(args.attempts)]
+    # ORSD's order: bundle, criterion, attempt.
+    judgements = [Judgement(TASK, a, c) for c in criteria for a in rendered]
+    verifier.score(judgements[:2])  # warm-up
+    runs: dict[str, list[tuple[float, np.ndarray]]] = {"shared": [], "separate": []}
+    for _ in range(args.repeats):
+        for mode in runs:
+            policy.share_prefixes = mode == "shared"
+            start = time.perf_counter()
+            scores = verifier.score(judgements)
+            runs[mode].append((time.perf_counter() - start, scores))
+    best = {mode: min(seconds for seconds, _ in results) for mode, results in runs.items()}
+    gap = max(float(np.abs(s - runs["shared"][0][1]).max()) for results in runs.values() for _, s in results)
+    lengths = [len(verifier.context(j)) for j in judgements]
+    ratio = best["separate"] / best["shared"]
+    print(
+        f"model={args.model} {args.attempts} attempts x {args.criteria} criteria = {len(judgements)} questions "
+        f"of {min(lengths)}-{max(lengths)} tokens, best of {args.repeats}"
+    )
+    for mode in runs:
+        print(f"{mode:>8} prefixes: {best[mode]:7.2f} s")
+    print(f"speed-up ratio: {ratio:.2f}x   largest score difference: {gap:.1e}")
+    if args.json:
+        record = {
+            "args": vars(args),
+            "questions": len(judgements),
+            "question_tokens": [min(lengths), max(lengths)],
+            "seconds": {mode: [seconds for seconds, _ in results] for mode, results in runs.items()},
+            "ratio": ratio,
+            "largest_score_difference": gap,
+        }
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump(record, handle, indent=1)
+
+
+if __name__ == "__main__":
+    main()
