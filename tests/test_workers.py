@@ -89,6 +89,17 @@ def test_a_run_saved_before_the_data_parallel_settings_existed_resumes_at_their_
     assert config_differences(old, record, defaults=run_record(Config())) == {"train.workers": (1, 2)}
 
 
+def test_defaults_never_shadow_the_mapping_a_run_saved():
+    # The default env.kwargs is {}; a run with env kwargs saved their leaves, not an empty mapping.
+    record = run_record(load_config("demo", ["eval.env_kwargs={expert: false}"]))
+    saved = copy.deepcopy(record)
+    assert config_differences(saved, record, defaults=run_record(Config())) == {}
+    record["env"]["kwargs"]["split"] = "valid_seen"
+    assert config_differences(saved, record, defaults=run_record(Config())) == {
+        "env.kwargs.split": ("generated", "valid_seen")
+    }
+
+
 def test_a_cluster_too_small_for_the_workers_and_their_env_actors_fails_at_once():
     from orsd_gym.train.launch import _check_cluster
 

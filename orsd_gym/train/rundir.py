@@ -146,12 +146,19 @@ def config_differences(
     key ``saved`` lacks takes its value in ``defaults``, when given."""
     left, right = _flatten(saved), _flatten(requested)
     if defaults is not None:
-        left = {**{k: v for k, v in _flatten(defaults).items() if k not in left}, **left}
+        # A default stands in only where the run saved nothing under that key: a default `{}`
+        # (env.kwargs) must not shadow the leaves of the mapping the run did save there.
+        left = {**{k: v for k, v in _flatten(defaults).items() if not _saved_under(k, left)}, **left}
     return {
         key: (left.get(key), right.get(key))
         for key in sorted(set(left) | set(right))
         if key not in IGNORED and left.get(key) != right.get(key)
     }
+
+
+def _saved_under(key: str, flat: Mapping[str, Any]) -> bool:
+    """Whether ``flat`` holds ``key``, a setting inside it or a setting it is inside of."""
+    return any(k == key or k.startswith(f"{key}.") or key.startswith(f"{k}.") for k in flat)
 
 
 def _flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
