@@ -11,6 +11,7 @@ arm its credit alignment. ORSD's correction is normalised per group (``delta_sca
 normalized``, ``beta`` = its share of a typical advantage).
 
     python benchmarks/orsd_study.py --seeds 3 --out benchmarks/results/orsd_study [KEY=VALUE overrides]
+    python benchmarks/orsd_study.py --arms grpo,orsd:expert@beta=0.1,orsd:shuffled@beta=0.1 ...  # a beta sweep
 
 Writes the comparison report (report.md, results.json, curves) into ``--out``, with
 ``study.json``: the commit, the command, the arms and the wall time.
@@ -55,7 +56,8 @@ STUDY = [
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1")
+    parser.add_argument("--seed-list", help="these seeds, in this order (e.g. 2,0,1), instead of --seeds")
     parser.add_argument("--arms", default=",".join(ARMS))
     parser.add_argument("--out", default="benchmarks/results/orsd_study")
     parser.add_argument("--json", help="also write study.json here")
@@ -66,12 +68,13 @@ def main() -> int:
     # The commit the runs are trained at (taken before: the tree may move on during hours of runs).
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     started = time.perf_counter()
-    report = compare(base, args.arms.split(","), list(range(args.seeds)), out, live=False)
+    seeds = [int(seed) for seed in args.seed_list.split(",")] if args.seed_list else list(range(args.seeds))
+    report = compare(base, args.arms.split(","), seeds, out, live=False)
     record = {
         "commit": commit,
         "command": " ".join(sys.argv),
         "arms": args.arms.split(","),
-        "seeds": args.seeds,
+        "seeds": seeds,
         "overrides": [*STUDY, *args.overrides],
         "wall_seconds": time.perf_counter() - started,
     }

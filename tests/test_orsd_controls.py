@@ -17,7 +17,7 @@ from orsd_gym.algos.orsd.sources import ShuffledRubrics, file_bundles, load_rubr
 from orsd_gym.envs import StepOutcome, TextEnv, register_text_env
 from orsd_gym.errors import ConfigError, UsageError
 from orsd_gym.train.compare import Arm, compare, run_config
-from orsd_gym.train.config import load_config
+from orsd_gym.train.config import load_config, resolve_algo
 from orsd_gym.train.report import Estimate, coinciding_arms, mean_ci
 
 
@@ -31,6 +31,21 @@ def test_arms_name_an_algorithm_and_a_rubric_source(tmp_path):
     base = load_config(None, ["env.id=orsd_gym/GuessNumber-v0", "eval.num_tasks=4", "env.kwargs={}"])
     with pytest.raises(ConfigError, match="needs the env's expert plan"):
         run_config(base, Arm.parse("orsd:expert"), 1, tmp_path)  # GuessNumber has no expert
+
+
+def test_arms_carry_algorithm_settings_for_a_sweep(tmp_path):
+    arm = Arm.parse("orsd:shuffled@beta=0.05@delta_scale=raw")
+    assert arm.params == {"rubric_source": "shuffled", "beta": 0.05, "delta_scale": "raw"}
+    assert arm.slug == "orsd-shuffled-beta=0.05-delta_scale=raw"
+    base = load_config(None, ["env.id=orsd_gym/GuessNumber-v0", "eval.num_tasks=4", "env.kwargs={}"])
+    config = run_config(base, Arm.parse("orsd@beta=0.2"), 0, tmp_path)
+    assert resolve_algo(config).beta == 0.2
+    assert config.train.output_dir.endswith("orsd-beta=0.2-seed0")
+    with pytest.raises(ConfigError, match="betta"):
+        run_config(base, Arm.parse("orsd@betta=0.2"), 0, tmp_path)  # a misspelt key fails before training
+    for bad in ("orsd@beta", "orsd@=1", "random@beta=0.1", "sb3:dqn@lr=1"):
+        with pytest.raises(UsageError):
+            Arm.parse(bad)
 
 
 def test_rubric_files_map_task_keys_or_star_to_bundles(tmp_path):

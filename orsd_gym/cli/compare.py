@@ -24,7 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="grpo,orsd",
         help=(
             "comma-separated arms: algorithm names, ORSD's controls orsd:expert, orsd:shuffled, orsd:file, "
-            "and classic-RL baselines sb3:maskable_ppo, sb3:ppo, sb3:dqn, random"
+            "and classic-RL baselines sb3:maskable_ppo, sb3:ppo, sb3:dqn, random; an LLM arm takes "
+            "algorithm settings as @key=value (orsd:expert@beta=0.1), so one comparison holds a sweep"
         ),
     )
     parser.add_argument("--seeds", type=int, default=3, help="number of seeds (0..N-1)")

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, get_args
 
+import yaml
 from rich.console import Console
 
 from orsd_gym import configio
@@ -50,33 +51,53 @@ class RunResult:
 class Arm:
     """One arm of a comparison: an algorithm (``"grpo"``, ``"orsd"``), an ORSD control
     (``"orsd:<rubric_source>"``: ``orsd:expert``, ``orsd:shuffled``, ``orsd:file``), or a
-    classic-RL baseline (``"sb3:maskable_ppo"``, ``"sb3:ppo"``, ``"sb3:dqn"``, ``"random"``)."""
+    classic-RL baseline (``"sb3:maskable_ppo"``, ``"sb3:ppo"``, ``"sb3:dqn"``, ``"random"``).
+
+    An LLM arm may set its algorithm's settings with ``@key=value`` suffixes, so one comparison
+    holds a sweep: ``orsd:expert@beta=0.1`` and ``orsd:expert@beta=0.2`` train side by side on
+    the same tasks from the same warm start (values are YAML scalars; keys are checked before any
+    run starts)."""
 
     label: str
     algo: str
-    params: dict[str, str]
+    params: dict[str, Any]
     #: The baseline algorithm of a classic-RL arm (None: an LLM arm the trainer runs).
     baseline: str | None = None
 
     @classmethod
     def parse(cls, text: str) -> Arm:
         text = text.strip()
-        algo, _, variant = text.partition(":")
-        if text == "random" or (algo == "sb3" and variant in SB3_BASELINES):
-            return cls(text, algo, {}, baseline=variant or text)
+        name, *settings = text.split("@")
+        algo, _, variant = name.partition(":")
+        if name == "random" or (algo == "sb3" and variant in SB3_BASELINES):
+            if settings:
+                raise UsageError(f"arm {text!r}: @key=value sets an LLM arm's algorithm settings, not a baseline's")
+            return cls(text, algo, {}, baseline=variant or name)
+        params = _arm_settings(text, settings)
         if not variant:
-            return cls(text, algo, {})
+            return cls(text, algo, params)
         if algo != "orsd" or variant not in get_args(RubricSource):
             raise UsageError(
                 f"arm {text!r}: a variant is an ORSD rubric source (orsd:{'|'.join(get_args(RubricSource))}) "
                 f"or a baseline (sb3:{'|'.join(SB3_BASELINES)}, random)"
             )
-        return cls(text, algo, {"rubric_source": variant})
+        return cls(text, algo, {"rubric_source": variant, **params})
 
     @property
     def slug(self) -> str:
         """The label as a directory name."""
-        return self.label.replace(":", "-")
+        return self.label.replace(":", "-").replace("@", "-")
+
+
+def _arm_settings(text: str, settings: list[str]) -> dict[str, Any]:
+    """The ``key=value`` suffixes of an arm, values read as YAML scalars (``0.1`` a float)."""
+    params: dict[str, Any] = {}
+    for setting in settings:
+        key, equals, value = setting.partition("=")
+        if not equals or not key.strip() or not value.strip():
+            raise UsageError(f"arm {text!r}: {setting!r} is not key=value (e.g. orsd:expert@beta=0.1)")
+        params[key.strip()] = yaml.safe_load(value)
+    return params
 
 
 def run_config(base: Config, arm: Arm, seed: int, out_dir: Path) -> Config:
