@@ -61,6 +61,7 @@ def main() -> int:
     parser.add_argument("--arms", default=",".join(ARMS))
     parser.add_argument("--out", default="benchmarks/results/orsd_study")
     parser.add_argument("--json", help="also write study.json here")
+    parser.add_argument("--allow-change", default="", help="settings finished runs may differ in (train.threads)")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
     args = parser.parse_args()
     out = Path(args.out)
@@ -69,7 +70,8 @@ def main() -> int:
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     started = time.perf_counter()
     seeds = [int(seed) for seed in args.seed_list.split(",")] if args.seed_list else list(range(args.seeds))
-    report = compare(base, args.arms.split(","), seeds, out, live=False)
+    allowed = [key for key in args.allow_change.split(",") if key]
+    report = compare(base, args.arms.split(","), seeds, out, live=False, allow_changes=allowed)
     record = {
         "commit": commit,
         "command": " ".join(sys.argv),

@@ -17,6 +17,7 @@ from orsd_gym.errors import RunDirectoryError
 from orsd_gym.train.compare import compare
 from orsd_gym.train.config import load_config
 from orsd_gym.train.metrics import read_metrics
+from orsd_gym.train.rundir import config_differences
 from orsd_gym.train.trainer import Trainer
 
 TESTS = Path(__file__).parent
@@ -101,6 +102,23 @@ def test_compare_refuses_to_reuse_runs_of_other_settings(tmp_path):
     changed = load_config(None, [*RUN, "eval.every=0", "rollout.group_size=3"])
     with pytest.raises(RunDirectoryError, match="rollout.group_size: 2 in the run, 3 now"):
         compare(changed, ["grpo"], [0], tmp_path, live=False)
+    faster = load_config(None, [*RUN, "eval.every=0", "train.threads=2"])
+    with pytest.raises(RunDirectoryError, match="--allow-change train.threads"):
+        compare(faster, ["grpo"], [0], tmp_path, live=False)
+    compare(faster, ["grpo"], [0], tmp_path, live=False, allow_changes=["train.threads"])
+    (change,) = [
+        json.loads(line) for line in (tmp_path / "runs" / "grpo-seed0" / "changes.jsonl").read_text().splitlines()
+    ]
+    assert (change["key"], change["old"], change["new"]) == ("train.threads", 1, 2)
+
+
+def test_a_moved_comparison_resumes_with_its_warm_start_in_the_new_place():
+    saved = {"warm_start": {"episodes": 4, "path": "/old/compare/warm_start/seed0.safetensors"}}
+    moved = {"warm_start": {"episodes": 4, "path": "/new/compare/warm_start/seed0.safetensors"}}
+    assert config_differences(saved, moved) == {}
+    assert config_differences(saved, {"warm_start": {**moved["warm_start"], "episodes": 8}}) == {
+        "warm_start.episodes": (4, 8)
+    }
 
 
 @pytest.mark.parametrize(

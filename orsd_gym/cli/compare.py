@@ -9,7 +9,7 @@ from pathlib import Path
 from rich.console import Console
 
 from orsd_gym import configio
-from orsd_gym.cli.options import add_json, add_no_live, add_threads, threads_override
+from orsd_gym.cli.options import add_allow_change, add_json, add_no_live, add_threads, allowed_changes, threads_override
 from orsd_gym.errors import UsageError
 from orsd_gym.train.compare import Arm, compare, run_config
 from orsd_gym.train.config import Config
@@ -31,6 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seeds", type=int, default=3, help="number of seeds (0..N-1)")
     parser.add_argument("--out", default="reports/compare", help="report directory")
     parser.add_argument("--fresh", action="store_true", help="retrain runs already in the report directory")
+    add_allow_change(parser, "runs already in the report directory continue")
     add_no_live(parser)
     add_threads(parser)
     add_json(parser, "the results (results.json)")
@@ -57,7 +58,14 @@ def run_comparison(base: Config, args: argparse.Namespace, out: Path) -> Path:
         shutil.rmtree(out / "runs")
     console = Console(stderr=args.json)
     report = compare(
-        base, names, list(range(args.seeds)), out, live=not args.no_live, resume=not args.fresh, console=console
+        base,
+        names,
+        list(range(args.seeds)),
+        out,
+        live=not args.no_live,
+        resume=not args.fresh,
+        allow_changes=allowed_changes(args),
+        console=console,
     )
     if args.json:
         print((report.parent / "results.json").read_text(encoding="utf-8"))

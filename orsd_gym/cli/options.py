@@ -1,10 +1,12 @@
-"""Options several commands share: ``--threads``, ``--json``, ``--no-live``."""
+"""Options several commands share: ``--threads``, ``--json``, ``--no-live``, ``--allow-change``."""
 
 from __future__ import annotations
 
 import argparse
 
 import torch
+
+from orsd_gym.train.rundir import SAFE_CHANGES
 
 
 def add_threads(parser: argparse.ArgumentParser) -> None:
@@ -37,3 +39,16 @@ def add_no_live(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-live", action="store_true", help="one plain line per iteration instead of the live view (logs, pipes)"
     )
+
+
+def add_allow_change(parser: argparse.ArgumentParser, when: str) -> None:
+    parser.add_argument(
+        "--allow-change",
+        default="",
+        metavar="KEY[,KEY]",
+        help=f"{when}: settings that may differ from a run's (one of {', '.join(sorted(SAFE_CHANGES))})",
+    )
+
+
+def allowed_changes(args: argparse.Namespace) -> list[str]:
+    return [key.strip() for key in args.allow_change.split(",") if key.strip()]

@@ -12,11 +12,10 @@ import json
 
 from rich.console import Console
 
-from orsd_gym.cli.options import add_json, add_no_live, add_threads, threads_override
+from orsd_gym.cli.options import add_allow_change, add_json, add_no_live, add_threads, allowed_changes, threads_override
 from orsd_gym.configio import shipped_configs
 from orsd_gym.train.config import load_config
 from orsd_gym.train.launch import train
-from orsd_gym.train.rundir import SAFE_CHANGES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,12 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--resume", action="store_true", help="continue the run in train.output_dir from its newest good checkpoint"
     )
     parser.add_argument("--overwrite", action="store_true", help="replace a run already in train.output_dir")
-    parser.add_argument(
-        "--allow-change",
-        default="",
-        metavar="KEY[,KEY]",
-        help=f"with --resume: settings that may differ from the run's (one of {', '.join(sorted(SAFE_CHANGES))})",
-    )
+    add_allow_change(parser, "with --resume")
     add_no_live(parser)
     add_threads(parser)
     add_json(parser, "the run's summary")
@@ -44,12 +38,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     config = load_config(args.config, [*args.overrides, *threads_override(args)])
     console = Console(stderr=args.json)
-    allowed = [key.strip() for key in args.allow_change.split(",") if key.strip()]
     summary = train(
         config,
         resume=args.resume,
         overwrite=args.overwrite,
-        allow_changes=allowed,
+        allow_changes=allowed_changes(args),
         live=not args.no_live,
         console=console,
     )

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, get_args
@@ -124,13 +125,16 @@ def compare(
     *,
     live: bool = True,
     resume: bool = True,
+    allow_changes: Sequence[str] = (),
     console: Console | None = None,
 ) -> Path:
     """Train every (arm, seed) pair (arms: see `Arm`), then write the report; returns its path.
 
     With ``resume`` a run that already has a checkpoint continues (so an interrupted comparison
     restarts where it stopped), but only if it was trained with exactly these settings: a run
-    of other settings is refused, naming them (`orsd_gym.train.rundir`); a run that never
+    of other settings is refused, naming them (`orsd_gym.train.rundir`), unless they are among
+    ``allow_changes`` (settings that change how fast, not what: e.g. ``train.threads`` when a
+    comparison continues on another machine); a run that never
     reached its first checkpoint starts over. Each run is trained as `orsd_gym.train.launch.train`
     trains it: ``train.workers=N`` runs N data-parallel Ray workers per run.
     """
@@ -151,7 +155,14 @@ def compare(
         started = time.perf_counter()
         if arm.baseline is None:
             reuse = resume and bool(list_checkpoints(run_dir / "checkpoints"))
-            train(config, resume=reuse, overwrite=not reuse, live=live, console=console)
+            train(
+                config,
+                resume=reuse,
+                overwrite=not reuse,
+                allow_changes=allow_changes if reuse else (),
+                live=live,
+                console=console,
+            )
         else:
             run_baseline(
                 config, arm.baseline, run_dir, _env_step_budget(config, [r for r in results if r.seed == seed])

@@ -60,9 +60,11 @@ SAFE_CHANGES = frozenset(
     }
 )
 #: Settings that never matter for a resumption: how progress is shown, where the run
-#: directory is (a run moved or copied elsewhere resumes where it is) and which Ray cluster
-#: runs it.
-IGNORED = frozenset({"logging.live", "logging.tensorboard", "train.output_dir", "ray.address"})
+#: directory is (a run moved or copied elsewhere resumes where it is), where its warm-start
+#: file is (a resumed run starts from its checkpoint; what the warm start was made of is in the
+#: other ``warm_start`` settings, which are compared; a comparison moved elsewhere keeps it in
+#: its new directory) and which Ray cluster runs it.
+IGNORED = frozenset({"logging.live", "logging.tensorboard", "train.output_dir", "warm_start.path", "ray.address"})
 
 
 @dataclass
