@@ -52,5 +52,11 @@ def test_activation_budget_counts_the_training_state_and_fails_fast(policy):
     assert activation_budget(policy, orsd, OptimConfig(max_memory_gb=RUNTIME_ALLOWANCE_GB + 1.0)) == budget - (
         policy.weight_bytes()
     )
+    # A bfloat16 verifier holds half the bytes, and the budget gives them to activations.
+    lean = make_algorithm("orsd", verifier=policy.copy_frozen("bfloat16"))
+    assert lean.verifier.weight_bytes() == policy.weight_bytes() // 2
+    assert activation_budget(policy, lean, OptimConfig(max_memory_gb=RUNTIME_ALLOWANCE_GB + 1.0)) == budget - (
+        policy.weight_bytes() // 2
+    )
     with pytest.raises(MemoryBudgetError, match="max_memory_gb=0.81 leaves"):
         activation_budget(policy, grpo, OptimConfig(max_memory_gb=RUNTIME_ALLOWANCE_GB + 0.01))

@@ -241,6 +241,19 @@ def test_bf16_inference_samples_in_bf16_and_updates_in_fp32():
     assert frozen.model.dtype == torch.bfloat16 and frozen.dtype == torch.bfloat16
 
 
+def test_a_frozen_copy_in_another_dtype_judges_like_the_original(policy):
+    """ORSD's verifier in bfloat16 (model.verifier_dtype): half the memory, next-token
+    log-probs (what P("yes") is read from) within bf16 tolerance of the float32 policy's."""
+    contexts = _contexts(policy, 2)
+    judge = policy.copy_frozen("bfloat16")
+    assert judge.model.dtype == torch.bfloat16 and judge.dtype == torch.bfloat16
+    assert policy.model.dtype == torch.float32  # the policy itself is untouched
+    exact, approximate = policy.next_token_logprobs(contexts), judge.next_token_logprobs(contexts)
+    assert approximate.dtype == exact.dtype == torch.float32
+    assert torch.allclose(approximate, exact, atol=0.15)
+    assert not torch.equal(approximate, exact)
+
+
 def test_stop_strings_and_eos(policy):
     context = _contexts(policy, 1)
     greedy = policy.generate(context, SamplingParams(max_new_tokens=12, temperature=0))[0]

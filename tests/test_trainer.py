@@ -175,3 +175,11 @@ def test_resume_skips_a_corrupt_newest_checkpoint(tmp_path):
         summary = Trainer(config, resume=True).run()
     assert summary.resumed_from == 1
     assert [r["iteration"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [1, 2]
+
+
+def test_the_verifier_is_held_in_model_verifier_dtype(tmp_path):
+    config = load_config(None, [*VOWEL_RUN, "algo.name=orsd", "model.verifier_dtype=bfloat16"])
+    config.train.output_dir = str(tmp_path / "run")
+    trainer = Trainer(config)
+    assert trainer.algorithm.verifier.model.dtype == torch.bfloat16
+    assert trainer.policy.model.dtype == torch.float32  # sampling and updates stay in float32

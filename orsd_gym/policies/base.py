@@ -145,5 +145,6 @@ class Policy(Protocol):
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         """Restore weights saved by `state_dict`."""
 
-    def copy_frozen(self) -> Policy:
-        """An independent frozen copy (no grad, eval mode): reference models and verifiers."""
+    def copy_frozen(self, dtype: str | torch.dtype | None = None) -> Policy:
+        """An independent frozen copy (no grad, eval mode): reference models and verifiers.
+        ``dtype`` (None: the policy's inference dtype) is what the copy holds and computes in."""

@@ -613,11 +613,12 @@ class HFPolicy:
         self.model.eval()
         return self
 
-    def copy_frozen(self) -> HFPolicy:
+    def copy_frozen(self, dtype: str | torch.dtype | None = None) -> HFPolicy:
+        inference_dtype = self.inference_dtype if dtype is None else resolve_dtype(dtype, self.device.type)
         model = copy.deepcopy(self.model)
-        if self.inference_dtype != self._lm_head.weight.dtype:
+        if inference_dtype != self._lm_head.weight.dtype:
             # A frozen copy is only ever used for inference: it can hold its weights in that dtype.
-            model.to(self.inference_dtype)
+            model.to(inference_dtype)
         frozen = HFPolicy(
             model,
             self._tokenizer,
@@ -627,7 +628,7 @@ class HFPolicy:
             token_budget=self.token_budget,
             logits_chunk=self.logits_chunk,
             share_prefixes=self.share_prefixes,
-            inference_dtype=self.inference_dtype,
+            inference_dtype=inference_dtype,
         )
         return frozen.freeze()
 

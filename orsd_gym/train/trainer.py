@@ -134,13 +134,12 @@ class Trainer:
         reference = self.policy.copy_frozen() if self.algo_config.needs_reference else None
         verifier = None
         if self.algo_config.needs_verifier:
-            verifier = (
-                load_policy(
-                    model.verifier, device=device, dtype=model.dtype, inference_dtype=model.inference_dtype
-                ).copy_frozen()
+            judge = (
+                load_policy(model.verifier, device=device, dtype=model.dtype, inference_dtype=model.inference_dtype)
                 if model.verifier
-                else self.policy.copy_frozen()
+                else self.policy
             )
+            verifier = judge.copy_frozen(model.verifier_dtype)
         self.algorithm = make_algorithm(config.algo.name, self.algo_config, reference=reference, verifier=verifier)
         activation_budget(self.policy, self.algorithm, config.optim)  # a budget too small fails here
         steps = config.train.iterations * config.optim.epochs * config.optim.minibatches
