@@ -67,6 +67,9 @@ def parse_args() -> argparse.Namespace:
         "within a group, and ORSD only does work on groups with mixed rewards",
     )
     parser.add_argument("--orsd", default="{}", help="JSON overrides of the ORSD config")
+    parser.add_argument(
+        "--verifier-dtype", default=None, help="what the verifier holds and computes in (model.verifier_dtype)"
+    )
     parser.add_argument("--json", default=None, help="also write the measurements to this file")
     return parser.parse_args()
 
@@ -88,7 +91,7 @@ def main() -> int:
     args = parse_args()
     torch.set_num_threads(args.threads)
     policy = load_policy(args.model, device=args.device, seed=args.seed)
-    verifier = policy.copy_frozen()
+    verifier = policy.copy_frozen(args.verifier_dtype)
     env = gym.make(args.env, **json.loads(args.env_kwargs))
     sampling = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed)
     started = time.perf_counter()
@@ -152,7 +155,8 @@ def main() -> int:
     print(f"\nORSD / GRPO per iteration: {ratio:.2f}x (goal <= 1.5x); excluding the shared rollout: {no_rollout:.2f}x")
     print(
         f"(model {args.model}, env {args.env}, {args.tasks}x{args.group_size} attempts, K={orsd_record.num_bundles}, "
-        f"M={orsd_record.max_criteria}, {args.threads} threads, device {args.device})"
+        f"M={orsd_record.max_criteria}, {args.threads} threads, device {args.device}, "
+        f"verifier {args.verifier_dtype or 'float32'})"
     )
     print("ORSD: " + ", ".join(f"{k.split('/')[1]}={v:.3g}" for k, v in orsd_metrics.items()))
     if args.json:

@@ -11,14 +11,11 @@ prompt prefixes are off in both modes (`benchmarks/shared_prefix.py` measures th
 
 from __future__ import annotations
 
-import argparse
-import json
 import time
 
-import torch
+import _side_by_side as side_by_side
 
 from orsd_gym.policies.base import SamplingParams
-from orsd_gym.policies.models import load_policy
 from orsd_gym.profiling import profiling
 from orsd_gym.rollout.episode import SequenceEpisode
 
@@ -60,24 +57,20 @@ def play(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="smollm2-135m")
+    parser = side_by_side.parser(__doc__.splitlines()[0], repeats=2)
     parser.add_argument("--episodes", type=int, default=4)
     parser.add_argument("--turns", type=int, default=10)
     parser.add_argument("--new-tokens", type=int, default=16)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=2, help="alternating runs per mode (the best is kept)")
-    parser.add_argument("--json", default=None, help="write the figures to this file")
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    policy = load_policy(args.model)
+    policy = side_by_side.load(args)
     policy.share_prefixes = False
     prompts = distinct_prompts(args.episodes)
     play(policy, prompts[:1], 1, 2, True)  # warm-up
-    runs: dict[str, list] = {"reuse": [], "re-encode": []}
-    for _ in range(args.repeats):
-        for mode in runs:
-            runs[mode].append(play(policy, prompts, args.turns, args.new_tokens, mode == "reuse"))
+    runs = side_by_side.alternate(
+        ["reuse", "re-encode"],
+        lambda mode: play(policy, prompts, args.turns, args.new_tokens, mode == "reuse"),
+        args.repeats,
+    )
     best = {mode: min(results, key=lambda r: r[0]) for mode, results in runs.items()}
     same = all(r[1] == runs["reuse"][0][1] for results in runs.values() for r in results)
     final = sum(len(t) for t in best["reuse"][1]) / len(best["reuse"][1])
@@ -89,17 +82,16 @@ def main() -> None:
     print(f"re-encode full history: {best['re-encode'][0]:7.2f} s  ({best['re-encode'][2]} context tokens encoded)")
     print(f"KV-cache reuse:         {best['reuse'][0]:7.2f} s  ({best['reuse'][2]} context tokens encoded)")
     print(f"speed-up ratio: {ratio:.2f}x   identical tokens: {same}")
-    if args.json:
-        record = {
-            "args": vars(args),
+    side_by_side.write_record(
+        args,
+        {
             "seconds": {mode: [r[0] for r in results] for mode, results in runs.items()},
             "encoded_tokens": {mode: r[2] for mode, r in best.items()},
             "final_length": final,
             "ratio": ratio,
             "identical_tokens": same,
-        }
-        with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump(record, handle, indent=1)
+        },
+    )
 
 
 if __name__ == "__main__":

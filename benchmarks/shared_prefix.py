@@ -13,13 +13,8 @@ alternating runs each.
 
 from __future__ import annotations
 
-import argparse
-import json
-
-import torch
+import _side_by_side as side_by_side
 from rollout_kv_cache import play
-
-from orsd_gym.policies.models import load_policy
 
 SYSTEM = "You are a household agent. Answer with the number of one admissible action."
 ROOM = "You are in the middle of a room. Looking quickly around you, you see "
@@ -40,26 +35,22 @@ def group_prompt(policy, prompt_tokens: int) -> list[dict[str, str]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="smollm2-135m")
+    parser = side_by_side.parser(__doc__.splitlines()[0], repeats=3)
     parser.add_argument("--group", type=int, default=8)
     parser.add_argument("--prompt-tokens", type=int, default=500)
     parser.add_argument("--turns", type=int, default=6)
     parser.add_argument("--new-tokens", type=int, default=10)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=3, help="alternating runs per mode (the best is kept)")
-    parser.add_argument("--json", default=None, help="write the figures to this file")
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    policy = load_policy(args.model)
+    policy = side_by_side.load(args)
     messages = group_prompt(policy, args.prompt_tokens)
     prompts = [messages] * args.group
     play(policy, prompts[:1], 1, 2, True)  # warm-up
-    runs: dict[str, list] = {"shared": [], "separate": []}
-    for _ in range(args.repeats):
-        for mode in runs:
-            policy.share_prefixes = mode == "shared"
-            runs[mode].append(play(policy, prompts, args.turns, args.new_tokens, reuse=True))
+
+    def run(mode: str):
+        policy.share_prefixes = mode == "shared"
+        return play(policy, prompts, args.turns, args.new_tokens, reuse=True)
+
+    runs = side_by_side.alternate(["shared", "separate"], run, args.repeats)
     best = {mode: min(r[0] for r in results) for mode, results in runs.items()}
     same = all(r[1] == runs["shared"][0][1] for results in runs.values() for r in results)
     prompt_length = len(policy.chat.prompt_tokens(messages))
@@ -71,17 +62,16 @@ def main() -> None:
     for mode, results in runs.items():
         print(f"{mode:>8} prompt encodings: {best[mode]:7.2f} s  ({results[0][2]} context tokens encoded)")
     print(f"speed-up ratio: {ratio:.2f}x   identical tokens: {same}")
-    if args.json:
-        record = {
-            "args": vars(args),
+    side_by_side.write_record(
+        args,
+        {
             "prompt_tokens": prompt_length,
             "seconds": {mode: [r[0] for r in results] for mode, results in runs.items()},
             "encoded_tokens": {mode: results[0][2] for mode, results in runs.items()},
             "ratio": ratio,
             "identical_tokens": same,
-        }
-        with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump(record, handle, indent=1)
+        },
+    )
 
 
 if __name__ == "__main__":

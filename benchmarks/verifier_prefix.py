@@ -12,15 +12,12 @@ time(without) / wall time(with), best of ``--repeats`` alternating runs each.
 
 from __future__ import annotations
 
-import argparse
-import json
 import time
 
+import _side_by_side as side_by_side
 import numpy as np
-import torch
 
 from orsd_gym.algos.orsd.verifier import Judgement, Verifier
-from orsd_gym.policies.models import load_policy
 
 TASK = "put a clean soapbar in countertop."
 PLACES = ["cabinet 1", "countertop 1", "sinkbasin 1", "drawer 2", "shelf 3", "toilet 1", "bathtubbasin 1"]
@@ -44,17 +41,12 @@ def attempt(index: int, lines: int) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="smollm2-135m")
+    parser = side_by_side.parser(__doc__.splitlines()[0], repeats=3)
     parser.add_argument("--attempts", type=int, default=4, help="G: attempts in the group")
     parser.add_argument("--criteria", type=int, default=12, help="K x M: criteria asked about each attempt")
     parser.add_argument("--attempt-lines", type=int, default=8, help="actions per rendered attempt")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=3, help="alternating runs per mode (the best is kept)")
-    parser.add_argument("--json", default=None, help="write the figures to this file")
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    policy = load_policy(args.model)
+    policy = side_by_side.load(args)
     verifier = Verifier(policy)
     criteria = [
         CRITERIA[k % len(CRITERIA)] + ("" if k < len(CRITERIA) else f" (check {k})") for k in range(args.criteria)
@@ -63,13 +55,14 @@ def main() -> None:
     # ORSD's order: bundle, criterion, attempt.
     judgements = [Judgement(TASK, a, c) for c in criteria for a in rendered]
     verifier.score(judgements[:2])  # warm-up
-    runs: dict[str, list[tuple[float, np.ndarray]]] = {"shared": [], "separate": []}
-    for _ in range(args.repeats):
-        for mode in runs:
-            policy.share_prefixes = mode == "shared"
-            start = time.perf_counter()
-            scores = verifier.score(judgements)
-            runs[mode].append((time.perf_counter() - start, scores))
+
+    def judge(mode: str) -> tuple[float, np.ndarray]:
+        policy.share_prefixes = mode == "shared"
+        start = time.perf_counter()
+        scores = verifier.score(judgements)
+        return time.perf_counter() - start, scores
+
+    runs = side_by_side.alternate(["shared", "separate"], judge, args.repeats)
     best = {mode: min(seconds for seconds, _ in results) for mode, results in runs.items()}
     gap = max(float(np.abs(s - runs["shared"][0][1]).max()) for results in runs.values() for _, s in results)
     lengths = [len(verifier.context(j)) for j in judgements]
@@ -81,17 +74,16 @@ def main() -> None:
     for mode in runs:
         print(f"{mode:>8} prefixes: {best[mode]:7.2f} s")
     print(f"speed-up ratio: {ratio:.2f}x   largest score difference: {gap:.1e}")
-    if args.json:
-        record = {
-            "args": vars(args),
+    side_by_side.write_record(
+        args,
+        {
             "questions": len(judgements),
             "question_tokens": [min(lengths), max(lengths)],
             "seconds": {mode: [seconds for seconds, _ in results] for mode, results in runs.items()},
             "ratio": ratio,
             "largest_score_difference": gap,
-        }
-        with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump(record, handle, indent=1)
+        },
+    )
 
 
 if __name__ == "__main__":
