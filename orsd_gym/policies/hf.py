@@ -614,11 +614,9 @@ class HFPolicy:
         return self
 
     def copy_frozen(self, dtype: str | torch.dtype | None = None) -> HFPolicy:
+        # A frozen copy is only ever used for inference: it holds its weights in that dtype.
         inference_dtype = self.inference_dtype if dtype is None else resolve_dtype(dtype, self.device.type)
-        model = copy.deepcopy(self.model)
-        if inference_dtype != self._lm_head.weight.dtype:
-            # A frozen copy is only ever used for inference: it can hold its weights in that dtype.
-            model.to(inference_dtype)
+        model = _copy_in_dtype(self.model, inference_dtype)
         frozen = HFPolicy(
             model,
             self._tokenizer,
@@ -631,6 +629,17 @@ class HFPolicy:
             inference_dtype=inference_dtype,
         )
         return frozen.freeze()
+
+
+def _copy_in_dtype(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
+    """A deep copy of ``model`` whose parameters are made in ``dtype`` (tied ones stay tied;
+    buffers keep theirs). Copying first and converting after would hold a second full-precision
+    copy for a moment, whose freed pages the C allocator mostly keeps resident: +0.2 GB of peak
+    and of resident memory for a bfloat16 copy of SmolLM2-135M."""
+    memo: dict[int, Any] = {}
+    for parameter in model.parameters():
+        memo[id(parameter)] = torch.nn.Parameter(parameter.detach().to(dtype, copy=True), requires_grad=False)
+    return copy.deepcopy(model, memo)
 
 
 @contextmanager
