@@ -51,6 +51,9 @@ STUDY = [
     "beta: 0.5, delta_scale: normalized}",
     "logging.tensorboard=false",
     "train.keep_checkpoints=1",  # each checkpoint holds weights and AdamW state (~1.6 GB)
+    # The memory settings the study's runs were trained with (before the demo's leaner ones).
+    "model.verifier_dtype=null",
+    "optim.max_memory_gb=4",
 ]
 
 
