@@ -235,3 +235,27 @@ def test_config_show_help_defaults_and_rollout_options(tmp_path):
         "--quiet",
     )
     assert rolled.returncode == 0, rolled.stderr
+
+
+def test_the_demo_command_runs_end_to_end_on_a_tiny_model(tmp_path, capsys):
+    """`orsd-gym demo` (what `make demo` runs) with its preset shrunk to seconds: both arms train,
+    the report is written, and a second call continues the finished runs."""
+    shrink = [
+        "model.name=tiny-random",
+        "warm_start.episodes=0",
+        "train.iterations=1",
+        "rollout.tasks_per_iteration=1",
+        "rollout.group_size=2",
+        "rollout.max_turns=1",
+        "rollout.max_new_tokens=4",
+        "eval.num_tasks=1",
+    ]
+    out = tmp_path / "demo"
+    args = ["demo", "--seeds", "1", "--out", str(out), "--no-live", "--threads", "1", *shrink]
+    assert main(args) == 0
+    assert (out / "report.md").is_file() and sorted(p.name for p in (out / "runs").iterdir()) == [
+        "grpo-seed0",
+        "orsd-seed0",
+    ]
+    assert main([*args, "--allow-change", "train.threads"]) == 0
+    assert "nothing to train" in capsys.readouterr().out

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from orsd_gym import configio
 from orsd_gym.cli.compare import run_comparison
-from orsd_gym.cli.options import add_json, add_no_live, add_threads, threads_override
+from orsd_gym.cli.options import add_allow_change, add_json, add_no_live, add_threads, threads_override
 from orsd_gym.train.config import Config
 
 
@@ -19,6 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seeds", type=int, default=2, help="seeds per algorithm")
     parser.add_argument("--out", default="reports/demo", help="report directory")
     parser.add_argument("--fresh", action="store_true", help="retrain runs already in the report directory")
+    add_allow_change(parser, "runs already in the report directory continue")
     add_no_live(parser)
     add_threads(parser)
     add_json(parser, "the results (results.json)")
