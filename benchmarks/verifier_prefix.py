@@ -5,7 +5,9 @@ A group of ``--attempts`` ALFWorld-like attempts (rendered as ORSD renders them,
 criteria), one question per (attempt, criterion) pair, exactly as `Verifier.score` asks them.
 With shared prefixes the questions about one attempt encode the task and the attempt once;
 without, every question encodes them. Same questions, scores checked equal; the ratio is wall
-time(without) / wall time(with), best of ``--repeats`` alternating runs each.
+time(without) / wall time(with), best of ``--repeats`` alternating runs each; each mode's
+largest growth of resident memory while verifying is printed too (``--verifier-dtype bfloat16``
+for a bf16 verifier).
 
     .venv/bin/python benchmarks/verifier_prefix.py [--attempts 4] [--criteria 12] [--json out.json]
 """
@@ -18,6 +20,8 @@ import _side_by_side as side_by_side
 import numpy as np
 
 from orsd_gym.algos.orsd.verifier import Judgement, Verifier
+from orsd_gym.allocator import return_freed_memory
+from orsd_gym.profiling import phase, profiling
 
 TASK = "put a clean soapbar in countertop."
 PLACES = ["cabinet 1", "countertop 1", "sinkbasin 1", "drawer 2", "shelf 3", "toilet 1", "bathtubbasin 1"]
@@ -45,8 +49,10 @@ def main() -> None:
     parser.add_argument("--attempts", type=int, default=4, help="G: attempts in the group")
     parser.add_argument("--criteria", type=int, default=12, help="K x M: criteria asked about each attempt")
     parser.add_argument("--attempt-lines", type=int, default=8, help="actions per rendered attempt")
+    parser.add_argument("--verifier-dtype", default=None, help="the verifier's dtype (model.verifier_dtype)")
     args = parser.parse_args()
-    policy = side_by_side.load(args)
+    return_freed_memory()  # as the trainer runs: resident memory then tracks what is live
+    policy = side_by_side.load(args).copy_frozen(args.verifier_dtype)
     verifier = Verifier(policy)
     criteria = [
         CRITERIA[k % len(CRITERIA)] + ("" if k < len(CRITERIA) else f" (check {k})") for k in range(args.criteria)
@@ -56,30 +62,35 @@ def main() -> None:
     judgements = [Judgement(TASK, a, c) for c in criteria for a in rendered]
     verifier.score(judgements[:2])  # warm-up
 
-    def judge(mode: str) -> tuple[float, np.ndarray]:
+    def judge(mode: str) -> tuple[float, np.ndarray, float]:
         policy.share_prefixes = mode == "shared"
-        start = time.perf_counter()
-        scores = verifier.score(judgements)
-        return time.perf_counter() - start, scores
+        with profiling() as profiler, phase("verify"):
+            start = time.perf_counter()
+            scores = verifier.score(judgements)
+            seconds = time.perf_counter() - start
+        stats = profiler.as_dict()["phases"]["verify"]
+        return seconds, scores, stats["peak_rss_gb"] - stats["entry_rss_gb"]
 
     runs = side_by_side.alternate(["shared", "separate"], judge, args.repeats)
-    best = {mode: min(seconds for seconds, _ in results) for mode, results in runs.items()}
-    gap = max(float(np.abs(s - runs["shared"][0][1]).max()) for results in runs.values() for _, s in results)
+    best = {mode: min(r[0] for r in results) for mode, results in runs.items()}
+    growth = {mode: max(r[2] for r in results) for mode, results in runs.items()}
+    gap = max(float(np.abs(r[1] - runs["shared"][0][1]).max()) for results in runs.values() for r in results)
     lengths = [len(verifier.context(j)) for j in judgements]
     ratio = best["separate"] / best["shared"]
     print(
         f"model={args.model} {args.attempts} attempts x {args.criteria} criteria = {len(judgements)} questions "
-        f"of {min(lengths)}-{max(lengths)} tokens, best of {args.repeats}"
+        f"of {min(lengths)}-{max(lengths)} tokens, verifier {policy.dtype}, best of {args.repeats}"
     )
     for mode in runs:
-        print(f"{mode:>8} prefixes: {best[mode]:7.2f} s")
+        print(f"{mode:>8} prefixes: {best[mode]:7.2f} s, resident memory +{growth[mode]:.2f} GB at most")
     print(f"speed-up ratio: {ratio:.2f}x   largest score difference: {gap:.1e}")
     side_by_side.write_record(
         args,
         {
             "questions": len(judgements),
             "question_tokens": [min(lengths), max(lengths)],
-            "seconds": {mode: [seconds for seconds, _ in results] for mode, results in runs.items()},
+            "seconds": {mode: [r[0] for r in results] for mode, results in runs.items()},
+            "peak_growth_gb": growth,
             "ratio": ratio,
             "largest_score_difference": gap,
         },
