@@ -44,7 +44,12 @@ def _run(algo, seed, successes, tmp_path):
         for i, s in enumerate(successes)
     ]
     metrics = [
-        {"iteration": 1, "algo/zero_adv_group_frac": 0.25, **({"orsd/rubric_frac": 0.5} if algo == "orsd" else {})}
+        {
+            "iteration": 1,
+            "algo/zero_adv_group_frac": 0.25,
+            "loss/grad_norm": 4.0 if algo == "orsd" else 0.5,
+            **({"orsd/rubric_frac": 0.5} if algo == "orsd" else {}),
+        }
     ]
     return RunResult(algo, seed, tmp_path / f"{algo}{seed}", evals, metrics, _plan(seed))
 
@@ -73,6 +78,7 @@ def test_summary_pairs_by_seed_and_writes_report(tmp_path):
     text = report.read_text()
     assert "| orsd |" in text and "Paired differences" in text and "success_curve.png" in text
     assert "3 held-out tasks (2 distinct)" in text and "evaluation tasks that any run trained on: 0" in text
+    assert "before clipping" in text and "orsd-seed1: 4.00" in text and "grpo-seed0: 0.50" in text
     assert (tmp_path / "success_curve.png").stat().st_size > 1000
     assert json.loads((tmp_path / "results.json").read_text())["algos"] == ["grpo", "orsd"]
 

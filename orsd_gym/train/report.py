@@ -111,6 +111,7 @@ def summarise(results: list[Any]) -> dict[str, Any]:
                 "orsd_rubric_frac": _mean_metric(r.metrics, "orsd/rubric_frac"),
                 "orsd_abs_delta_mean": _mean_metric(r.metrics, "orsd/abs_delta_mean"),
                 "credit_alignment": _mean_metric(r.metrics, "orsd/credit_alignment"),
+                "grad_norm": _mean_metric(r.metrics, "loss/grad_norm"),
                 # A classic-RL baseline's run has no training iterations (see `orsd_gym.train.baseline_runs`).
                 "baseline_env_steps_per_second": _mean_metric(r.metrics, "baseline/env_steps_per_second"),
                 "zero_adv_group_frac": _mean_metric(r.metrics, "algo/zero_adv_group_frac"),
@@ -341,6 +342,13 @@ def write_report(out_dir: str | Path, base_config: Any, results: list[Any]) -> P
         lines.append(
             "Credit alignment (mean delta on tokens of actions that agree with the expert's next action minus "
             "on other actions; what tells a right rubric from extra text): " + ", ".join(aligned) + "."
+        )
+    norms = [f"{name}: {run['grad_norm']:.2f}" for name, run in summary["runs"].items() if run.get("grad_norm")]
+    if norms and orsd:
+        lines.append(
+            "Gradient norm of the updates before clipping (mean over iterations; each step is clipped to "
+            "optim.grad_clip): " + ", ".join(norms) + ". Where an ORSD run's is several times its seed's "
+            "GRPO run's, the correction, not the outcome, sets the direction of the clipped step."
         )
     speeds = [
         f"{name}: {run['baseline_env_steps_per_second']:.0f}"
