@@ -29,6 +29,7 @@ from pathlib import Path
 from rich.console import Console
 
 from orsd_gym import configio
+from orsd_gym.cli.options import add_allow_change, allowed_changes
 from orsd_gym.train.compare import compare
 from orsd_gym.train.config import Config
 from orsd_gym.train.report import print_summary
@@ -64,7 +65,7 @@ def main() -> int:
     parser.add_argument("--arms", default=",".join(ARMS))
     parser.add_argument("--out", default="benchmarks/results/orsd_study")
     parser.add_argument("--json", help="also write study.json here")
-    parser.add_argument("--allow-change", default="", help="settings finished runs may differ in (train.threads)")
+    add_allow_change(parser, "runs already in --out continue")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
     args = parser.parse_args()
     out = Path(args.out)
@@ -73,8 +74,7 @@ def main() -> int:
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     started = time.perf_counter()
     seeds = [int(seed) for seed in args.seed_list.split(",")] if args.seed_list else list(range(args.seeds))
-    allowed = [key for key in args.allow_change.split(",") if key]
-    report = compare(base, args.arms.split(","), seeds, out, live=False, allow_changes=allowed)
+    report = compare(base, args.arms.split(","), seeds, out, live=False, allow_changes=allowed_changes(args))
     record = {
         "commit": commit,
         "command": " ".join(sys.argv),
