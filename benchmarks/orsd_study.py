@@ -46,10 +46,10 @@ STUDY = [
     "rollout.group_size=4",
     "eval.num_tasks=24",
     "eval.every=1",
-    "train.iterations=5",
+    "train.iterations=4",
     "warm_start.episodes=12",
     "algo.per_algo.orsd={num_bundles: 2, max_criteria: 3, proposal_max_new_tokens: 64, "
-    "beta: 0.5, delta_scale: normalized}",
+    "beta: 0.05, delta_scale: normalized}",  # beta study: above 0.05 the correction's gradient swamps GRPO's
     "logging.tensorboard=false",
     "train.keep_checkpoints=1",  # each checkpoint holds weights and AdamW state (~1.6 GB)
     # The memory settings the study's runs were trained with (before the demo's leaner ones).
