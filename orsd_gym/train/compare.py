@@ -11,6 +11,7 @@ directory then gets ``report.md``, ``results.json`` and PNG learning curves (see
 from __future__ import annotations
 
 import copy
+import gc
 import json
 import time
 from collections.abc import Sequence
@@ -23,6 +24,7 @@ from rich.console import Console
 
 from orsd_gym import configio
 from orsd_gym.algos.orsd.sources import RubricSource
+from orsd_gym.allocator import trim_heap
 from orsd_gym.errors import UsageError
 from orsd_gym.train.baseline_runs import run_baseline
 from orsd_gym.train.checkpoint import list_checkpoints
@@ -167,6 +169,11 @@ def compare(
             run_baseline(
                 config, arm.baseline, run_dir, _env_step_budget(config, [r for r in results if r.seed == seed])
             )
+        if base.train.return_freed_memory:
+            # The finished run's model and optimiser may sit in reference cycles: free them and
+            # return their pages before the next run allocates its own.
+            gc.collect()
+            trim_heap()
         results.append(_read_run(arm.label, seed, run_dir))
         final = results[-1].evals[-1] if results[-1].evals else None
         console.print(_run_line(arm.label, seed, final, time.perf_counter() - started), highlight=False)

@@ -187,9 +187,9 @@ class TrainConfig:
     use_gpu: bool = False
     #: CPUs Ray reserves for each training worker.
     cpus_per_worker: float = 1.0
-    #: Map large allocations so that freed tensor memory leaves the process at once: peak
-    #: resident memory then tracks what is live instead of a fragmented heap (`orsd_gym.allocator`;
-    #: glibc only, process-wide).
+    #: Map large allocations so that freed tensor memory leaves the process at once, and hand
+    #: the heap's free pages back between phases: peak resident memory then tracks what is live
+    #: instead of a fragmented heap (`orsd_gym.allocator`; glibc only, process-wide).
     return_freed_memory: bool = True
 
     def __post_init__(self) -> None:

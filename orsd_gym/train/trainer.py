@@ -30,7 +30,7 @@ from safetensors.torch import load_file
 
 from orsd_gym import configio
 from orsd_gym.algos.base import PreparedBatch, make_algorithm
-from orsd_gym.allocator import return_freed_memory
+from orsd_gym.allocator import return_freed_memory, trim_heap
 from orsd_gym.errors import ConfigError
 from orsd_gym.policies.models import load_policy
 from orsd_gym.profiling import phase
@@ -127,6 +127,7 @@ class Trainer:
             inference_dtype=model.inference_dtype,
         )
         self.warm_start_metrics = workers.on_main(self._start_weights)
+        self._release_freed_memory()  # the warm start's gradients and AdamW moments
         # Every replica starts from worker 0's weights (its warm start), as DDP's do.
         workers.broadcast_parameters(self.policy.trainable_parameters())
         # Reference and verifier are frozen copies of the weights training starts from, taken
@@ -349,6 +350,7 @@ class Trainer:
                     self.algorithm.merge_worker_states(workers.all_gather(self.algorithm.state_dict()))
                 )
         record["time/prepare"] = timer.seconds
+        self._release_freed_memory()  # before the update, the iteration's peak
         parts = workers.gather((batch, len(mine)))
         if parts is not None:
             batches = [part for part, _ in parts]
@@ -373,6 +375,7 @@ class Trainer:
                 iteration=iteration,
                 workers=workers,
             )
+        self._release_freed_memory()  # the update's gradients and activations
         record.update(_namespaced(losses, "loss"))
         record["time/update"] = timer.seconds
         record["lr"] = self.scheduler.get_last_lr()[0]
@@ -383,6 +386,7 @@ class Trainer:
         seed = iteration_seed(self.config.train.seed, iteration, EVAL)
         with phase("eval"):
             _, result = evaluate(self.policy, self.eval_envs, self.plan, self.config, seed, self.workers)
+        self._release_freed_memory()
         if not self.workers.is_main:
             return result
         record = {"iteration": iteration, "env_steps": self.env_steps, **result}
@@ -391,6 +395,11 @@ class Trainer:
             handle.flush()
             os.fsync(handle.fileno())
         return result
+
+    def _release_freed_memory(self) -> None:
+        """Hand the heap's free pages back between phases (`orsd_gym.allocator.trim_heap`)."""
+        if self.config.train.return_freed_memory:
+            trim_heap()
 
     def _write_audit(self, iteration: int, batches: list[PreparedBatch]) -> None:
         """The iteration's trajectories, per-token extras and group records, of every worker in
