@@ -76,8 +76,8 @@ def credit_alignment(trajectories: Sequence[Trajectory], deltas: Sequence[torch.
                 f"{len(trajectory.token_ids)} tokens"
             )
         mask = torch.as_tensor(trajectory.loss_mask, dtype=torch.bool)
-        for step, span in _action_spans(trajectory):
-            expert = _expert_next_action(trajectory, step)
+        for step, span in model_action_spans(trajectory):
+            expert = expert_next_action(trajectory, step)
             if expert is None:
                 unknown += 1
                 continue
@@ -105,7 +105,7 @@ def credit_alignment(trajectories: Sequence[Trajectory], deltas: Sequence[torch.
     )
 
 
-def _action_spans(trajectory: Trajectory) -> list[tuple[int, TurnSpan]]:
+def model_action_spans(trajectory: Trajectory) -> list[tuple[int, TurnSpan]]:
     """(action index, model span) pairs of a trajectory in either layout."""
     spans = trajectory.model_spans()
     if trajectory.step is not None:
@@ -123,7 +123,7 @@ def _action_spans(trajectory: Trajectory) -> list[tuple[int, TurnSpan]]:
     return list(enumerate(spans))
 
 
-def _expert_next_action(trajectory: Trajectory, step: int) -> str | None:
+def expert_next_action(trajectory: Trajectory, step: int) -> str | None:
     info = trajectory.infos[step] if step < len(trajectory.infos) else {}
     plan = info.get(EXPERT_ACTIONS) or []
     return str(plan[0]) if plan else None
