@@ -54,6 +54,7 @@ STUDY = [
     "train.keep_checkpoints=1",  # each checkpoint holds weights and AdamW state (~1.6 GB)
     # The memory settings the study's runs were trained with (before the demo's leaner ones).
     "model.verifier_dtype=null",
+    "model.inference_dtype=null",
     "optim.max_memory_gb=4",
 ]
 
