@@ -15,7 +15,12 @@ torch = pytest.importorskip("torch")
 from orsd_gym.algos import make_algorithm  # noqa: E402
 from orsd_gym.errors import MemoryBudgetError  # noqa: E402
 from orsd_gym.train.config import OptimConfig  # noqa: E402
-from orsd_gym.train.update import RUNTIME_ALLOWANCE_GB, activation_budget, micro_batches  # noqa: E402
+from orsd_gym.train.update import (  # noqa: E402
+    RUNTIME_ALLOWANCE_GB,
+    activation_budget,
+    make_optimizer,
+    micro_batches,
+)
 
 
 def _trajectories(lengths):
@@ -64,6 +69,14 @@ def test_activation_budget_counts_the_training_state_and_fails_fast(policy):
     )
     with pytest.raises(MemoryBudgetError, match="max_memory_gb=0.81 leaves"):
         activation_budget(policy, grpo, OptimConfig(max_memory_gb=RUNTIME_ALLOWANCE_GB + 0.01))
+
+
+def test_a_memory_budget_steps_adamw_one_tensor_at_a_time(policy):
+    # foreach AdamW's temporaries are as large as all the weights: the update's peak otherwise.
+    budgeted, _ = make_optimizer(policy, OptimConfig(max_memory_gb=4), total_steps=1)
+    unbudgeted, _ = make_optimizer(policy, OptimConfig(), total_steps=1)
+    assert budgeted.param_groups[0]["foreach"] is False
+    assert unbudgeted.param_groups[0]["foreach"] is None
 
 
 _FRAGMENTED_HEAP = """
