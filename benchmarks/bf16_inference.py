@@ -1,12 +1,15 @@
-"""bf16 inference on a float32 model (``model.inference_dtype: bfloat16``): speed, and the PPO ratio it starts from.
+"""bf16 sampling on a float32 model (``model.inference_dtype: bfloat16``): its speed, the cost of
+scoring the old log-probs again in float32, and the PPO ratio the first epoch starts from.
 
 One policy, its float32 weights unchanged, collects the same rollout batch (same tasks and
 seeds) twice: sampling in float32, then in bf16 through autocast. For each batch it reports the
-rollout time, and what the first epoch of an update sees: the float32 scoring pass the update
-makes (with gradients, as `update_policy` does) against the rollout's log-probs, as the PPO
-ratio exp(new - old) over the sampled tokens (mean |ratio - 1|, largest deviation, share
-outside GRPO's clip range [0.8, 1.2], approximate KL). Scoring without gradients (ORSD's
-replay, its verifier) is timed in both dtypes too.
+rollout time, the time of the no-grad float32 pass that makes PPO's old log-probs
+(`orsd_gym.algos.grpo.old_logprobs`: none when sampling ran in float32), and the first epoch's
+PPO ratio exp(new - old), new from the update's float32 scoring pass with gradients, against
+two choices of old: the sampler's own log-probs (what training used before the rescoring pass)
+and the rescored ones (what it uses now). Each ratio is summarised over all sampled tokens and
+over the decision tokens (sampled with p <= 0.9: the ones whose gradient is not ~0): mean
+|log ratio|, share outside GRPO's clip range [0.8, 1.2], approximate KL.
 
     .venv/bin/python benchmarks/bf16_inference.py [--env orsd_gym/GuessNumber-v0] [--json out.json]
 """
@@ -21,31 +24,42 @@ import gymnasium as gym
 import torch
 
 import orsd_gym  # noqa: F401  (registers the envs)
+from orsd_gym.algos.grpo import old_logprobs
 from orsd_gym.policies.base import SamplingParams
 from orsd_gym.policies.models import load_policy
 from orsd_gym.rollout import RolloutOptions, collect
 
+DECISION_P = 0.9
 
-def ratio_stats(policy, trajectories, clip: float = 0.2) -> dict[str, float]:
-    """The first epoch's PPO ratio: the update's float32 scoring pass vs the rollout log-probs."""
+
+def ratio_stats(log_ratio: torch.Tensor, clip: float = 0.2) -> dict[str, float]:
+    ratio = log_ratio.exp()
+    return {
+        "tokens": int(log_ratio.numel()),
+        "mean_abs_log_ratio": float(log_ratio.abs().mean()) if log_ratio.numel() else 0.0,
+        "outside_clip_frac": float(((ratio < 1 - clip) | (ratio > 1 + clip)).float().mean()) if ratio.numel() else 0.0,
+        "approx_kl": float((-log_ratio).mean()) if log_ratio.numel() else 0.0,
+    }
+
+
+def first_epoch(policy, trajectories, olds: dict[str, list[torch.Tensor]]) -> dict[str, dict[str, dict[str, float]]]:
+    """Ratio statistics of the update's float32 scoring pass against each choice of old log-probs."""
     policy.set_training(True)
     try:
         new = policy.score([t.token_ids for t in trajectories], [t.loss_mask for t in trajectories], with_grad=True)
     finally:
         policy.set_training(False)
-    log_ratios = []
-    for t, scored in zip(trajectories, new, strict=True):
-        mask = torch.tensor(t.loss_mask, dtype=torch.bool)
-        log_ratios.append((scored.detach() - torch.tensor(t.logprobs))[mask])
-    log_ratio = torch.cat(log_ratios)
-    ratio = log_ratio.exp()
-    return {
-        "tokens": int(ratio.numel()),
-        "mean_abs_ratio_minus_1": float((ratio - 1).abs().mean()),
-        "max_abs_ratio_minus_1": float((ratio - 1).abs().max()),
-        "outside_clip_frac": float(((ratio < 1 - clip) | (ratio > 1 + clip)).float().mean()),
-        "approx_kl": float((-log_ratio).mean()),
-    }
+    out = {}
+    for name, old in olds.items():
+        every, decisions = [], []
+        for t, scored, previous in zip(trajectories, new, old, strict=True):
+            mask = torch.tensor(t.loss_mask, dtype=torch.bool)
+            decision = mask & (torch.tensor(t.logprobs).exp() <= DECISION_P)
+            log_ratio = scored.detach() - previous
+            every.append(log_ratio[mask])
+            decisions.append(log_ratio[decision])
+        out[name] = {"all": ratio_stats(torch.cat(every)), "decision": ratio_stats(torch.cat(decisions))}
+    return out
 
 
 def main() -> int:
@@ -80,31 +94,42 @@ def main() -> int:
         )
         rollout = time.perf_counter() - started
         started = time.perf_counter()
-        policy.score([t.token_ids for t in trajectories], [t.loss_mask for t in trajectories])
-        scoring = time.perf_counter() - started
+        rescored, gap = old_logprobs(policy, trajectories, 1.0)
+        rescoring = time.perf_counter() - started
         policy.inference_dtype = torch.float32
+        sampled = [torch.tensor(t.logprobs) * torch.tensor(t.loss_mask) for t in trajectories]
         name = str(dtype).removeprefix("torch.")
         results[name] = {
             "rollout_seconds": rollout,
             "sampled_tokens": sum(sum(t.loss_mask) for t in trajectories),
-            "no_grad_scoring_seconds": scoring,
-            "first_epoch_ratio": ratio_stats(policy, trajectories),
+            "old_logprob_pass_seconds": rescoring,
+            "sampler_logprob_gap": gap,
+            "first_epoch": first_epoch(policy, trajectories, {"sampler_old": sampled, "training_old": rescored}),
         }
     env.close()
     for name, r in results.items():
-        stats = r["first_epoch_ratio"]
         print(
-            f"{name:>9} inference: rollout {r['rollout_seconds']:.1f} s ({r['sampled_tokens']} sampled tokens), "
-            f"scoring without grad {r['no_grad_scoring_seconds']:.1f} s; first-epoch PPO ratio: mean |r-1| "
-            f"{stats['mean_abs_ratio_minus_1']:.2e}, max {stats['max_abs_ratio_minus_1']:.2e}, outside clip "
-            f"{stats['outside_clip_frac']:.3f}, approx KL {stats['approx_kl']:.2e}"
+            f"{name:>9} sampling: rollout {r['rollout_seconds']:.1f} s ({r['sampled_tokens']} sampled tokens), "
+            f"old log-prob pass {r['old_logprob_pass_seconds']:.1f} s, "
+            f"mean |sampler - float32| {r['sampler_logprob_gap']:.2e}"
         )
+        for old, sides in r["first_epoch"].items():
+            for side, s in sides.items():
+                print(
+                    f"    ratio vs {old:<12} {side:>8} tokens ({s['tokens']:>4}): "
+                    f"mean |log r| {s['mean_abs_log_ratio']:.2e}, outside clip {s['outside_clip_frac']:.3f}, "
+                    f"approx KL {s['approx_kl']:.2e}"
+                )
+    fp32, bf16 = results["float32"], results["bfloat16"]
     speed = {
-        "rollout": results["float32"]["rollout_seconds"] / results["bfloat16"]["rollout_seconds"],
-        "no_grad_scoring": results["float32"]["no_grad_scoring_seconds"]
-        / results["bfloat16"]["no_grad_scoring_seconds"],
+        "rollout": fp32["rollout_seconds"] / bf16["rollout_seconds"],
+        "rollout_with_old_logprob_pass": fp32["rollout_seconds"]
+        / (bf16["rollout_seconds"] + bf16["old_logprob_pass_seconds"]),
     }
-    print(f"bf16 speed-up: rollout {speed['rollout']:.2f}x, scoring without grad {speed['no_grad_scoring']:.2f}x")
+    print(
+        f"bf16 speed-up: rollout {speed['rollout']:.2f}x, rollout plus the float32 old log-prob pass "
+        f"{speed['rollout_with_old_logprob_pass']:.2f}x"
+    )
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
             json.dump({"args": vars(args), "results": results, "speed_up": speed}, handle, indent=1)

@@ -1,7 +1,9 @@
 """GPU check: a collect, a GRPO and an ORSD iteration on `tiny-random` on CUDA in bf16.
 
-Checks device placement (every parameter, every returned score on the device), dtypes (bf16
-weights, float32 log-probs), that the updates change the weights and keep them finite, and that
+The precision is the GPU presets': float32 master weights, sampling and updates computing in
+bf16 through autocast. Checks device placement (every parameter, every returned score on the
+device), dtypes (float32 weights, bf16 compute, float32 log-probs), that the updates change the
+weights and keep them finite, and that
 ORSD selects a rubric and replays it; prints tokens/s per phase and the peak GPU memory.
 Exits non-zero on any error or failed check.
 
@@ -54,10 +56,13 @@ def run(device_name: str, dtype: str) -> dict:
     if device.type == "cuda":
         check(torch.cuda.is_available(), "CUDA is not available to torch")
         torch.cuda.reset_peak_memory_stats(device)
-    policy = load_policy("tiny-random", device=device_name, dtype=dtype, seed=0)
+    policy = load_policy(
+        "tiny-random", device=device_name, dtype="float32", inference_dtype=dtype, update_dtype=dtype, seed=0
+    )
     expected = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}[dtype]
     check(all(p.device.type == device.type for p in policy.model.parameters()), "a parameter is off the device")
-    check(all(p.dtype == expected for p in policy.model.parameters()), f"a parameter is not {dtype}")
+    check(all(p.dtype == torch.float32 for p in policy.model.parameters()), "a master weight is not float32")
+    check(policy.dtype == policy.update_dtype == expected, f"sampling or updates do not compute in {dtype}")
     results: dict = {"device": str(device), "dtype": dtype, "torch": torch.__version__}
     if device.type == "cuda":
         results["gpu"] = torch.cuda.get_device_name(device)
@@ -137,7 +142,12 @@ def run(device_name: str, dtype: str) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda", help="cuda, cuda:N, or cpu (a smoke test of the script)")
-    parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32", "float16"])
+    parser.add_argument(
+        "--dtype",
+        default="bfloat16",
+        choices=["bfloat16", "float32", "float16"],
+        help="what sampling and updates compute in",
+    )
     parser.add_argument("--json", default=None, help="write the results to this file")
     args = parser.parse_args()
     try:

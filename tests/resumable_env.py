@@ -12,6 +12,12 @@ class VowelEnv(TextEnv):
 
     themes = ("animal", "colour", "city", "food", "tool", "plant", "river", "song", "game", "name")
 
+    def __init__(self, expert: bool | str = False, render_mode: str | None = None) -> None:
+        super().__init__(render_mode=render_mode)
+        #: "reset" or True: the reset info holds an expert plan that names the task's theme, so
+        #: ORSD's expert and shuffled rubric sources can run on this env.
+        self.expert = expert
+
     @property
     def tasks(self):
         return self.themes
@@ -20,7 +26,8 @@ class VowelEnv(TextEnv):
         return f"Write a {self.themes[task_id]} word with many vowels."
 
     def _start_task(self, task_id, options):
-        return f"Your task is to: {self._task_text(task_id).lower()}", {}
+        info = {"expert_actions": [f"name a {self.themes[task_id]} like aurelia"]} if self.expert else {}
+        return f"Your task is to: {self._task_text(task_id).lower()}", info
 
     def _play(self, action):
         letters = [c for c in action.lower() if c.isalpha()]

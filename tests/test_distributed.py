@@ -89,6 +89,33 @@ def test_two_workers_take_the_one_worker_step_and_count_every_episode_once(two_w
     assert len(json.loads((two_workers / "audit/iter_000001/token_extras.json").read_text())["advantages"]) == 6
 
 
+def test_two_workers_lend_shuffled_rubrics_as_one_process_does(ray_cluster, tmp_path):
+    """ORSD's negative control lends every mixed group another task's rubric, whichever worker
+    played that task, draws the same loans as one process, and keeps the pool in its checkpoint."""
+    shuffled = [
+        "algo.name=orsd",
+        "algo.params.rubric_source=shuffled",
+        "env.kwargs={expert: reset}",
+        "train.iterations=1",
+    ]
+    one, two = tmp_path / "one", tmp_path / "two"
+    train(load_config(None, [*RUN, *shuffled, f"train.output_dir={one}"]))
+    train(load_config(None, [*RUN, *shuffled, "train.workers=2", f"train.output_dir={two}"]))
+    loans = {}
+    for run in (one, two):
+        groups = json.loads((run / "audit/iter_000001/groups.json").read_text())
+        shaped = [g for g in groups if len(set(g["rewards"])) > 1]
+        assert len(shaped) == 2  # each worker's only group, and each borrowed from the other's task
+        assert all(g["selected"] == 0 and g["lent_from"] not in (None, g["task_key"]) for g in shaped)
+        loans[run] = [(g["task_key"], g["lent_from"], g["selected_rubric"]) for g in groups]
+        pool = load_checkpoint(run / "checkpoints" / "iter_000001").state["algorithm"]["shuffled_pool"]
+        assert sorted(pool) == sorted(g["task_key"] for g in groups)
+    assert loans[one] == loans[two]
+    single = load_checkpoint(one / "checkpoints" / "iter_000001").policy_state
+    parallel = load_checkpoint(two / "checkpoints" / "iter_000001").policy_state
+    assert max(float((single[k] - parallel[k]).abs().max()) for k in single) < 1e-5
+
+
 def _train_cli(out: Path) -> subprocess.Popen:
     """A 2-worker ``orsd-gym train`` driver on the test session's Ray (found through RAY_ADDRESS)."""
     code = "import sys; from orsd_gym.cli import main; sys.exit(main(sys.argv[1:]))"

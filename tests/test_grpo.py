@@ -154,7 +154,7 @@ def test_registry_and_config_validation():
         make_algorithm("grpo", {"kl_coef": 0.1})
 
 
-def test_per_step_samples_share_their_episode_advantage():
+def test_per_step_samples_share_their_episode_advantage(policy):
     from orsd_gym.algos.grpo import episode_groups
 
     def sample(group_id, episode_id, step, success):
@@ -172,7 +172,7 @@ def test_per_step_samples_share_their_episode_advantage():
         sample(1, 3, 0, True),
     ]
     assert episode_groups(trajs) == {0: [[0, 1, 2], [3]], 1: [[4], [5]]}
-    batch = make_algorithm("grpo", {"norm_std": False}).grpo_prepare(trajs)
+    batch = make_algorithm("grpo", {"norm_std": False}).grpo_prepare(trajs, policy)
     # episode-level mean 0.5 (not the sample-level 0.75): +0.5 on every won sample, -0.5 on the lost one
     assert [float(a[1]) for a in batch.advantages] == [0.5, 0.5, 0.5, -0.5, 0.0, 0.0]
     assert batch.metrics["zero_adv_group_frac"] == 0.5

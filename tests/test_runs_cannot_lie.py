@@ -89,6 +89,21 @@ def test_more_iterations_need_consent_and_are_recorded(finished_run, tmp_path):
         Trainer(_config(run, "train.iterations=2", "optim.lr=0.5"), resume=True, allow_changes=["optim.lr"])
 
 
+def test_a_resume_that_allows_an_optimiser_change_trains_with_the_new_setting(finished_run, tmp_path):
+    """A run moved to a smaller machine resumes under a memory budget: AdamW then steps one
+    tensor at a time (the budget's setting), not as the checkpoint's optimiser state says."""
+    run = tmp_path / "run"
+    subprocess.run(["cp", "-r", str(finished_run), str(run)], check=True)
+    changes = ["train.iterations", "optim.max_memory_gb", "optim.micro_batch_tokens"]
+    overrides = ("train.iterations=2", "optim.max_memory_gb=8", "optim.micro_batch_tokens=1024")
+    trainer = Trainer(_config(run, *overrides), resume=True, allow_changes=changes)
+    trainer.run()
+    assert [g["foreach"] for g in trainer.optimizer.param_groups] == [False]
+    assert [r["lr"] for r in read_metrics(run / "metrics.jsonl")] == [1e-5, 1e-5]
+    with pytest.raises(RunDirectoryError, match="only these settings may change"):
+        Trainer(_config(run, "optim.lr=0.5"), resume=True, allow_changes=["optim.lr"])
+
+
 def test_resume_says_when_there_is_nothing_to_resume_or_to_train(finished_run, tmp_path):
     with pytest.raises(RunDirectoryError, match="nothing to resume"):
         Trainer(_config(tmp_path / "missing"), resume=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 
+import numpy as np
 import pytest
 import torch
 from algos_helpers import make_group
@@ -57,10 +58,21 @@ def test_grpo_weights_a_minibatch_by_its_loss_normaliser(policy):
     assert make_algorithm("grpo", {"loss_agg": "seq-mean-token-mean"}).minibatch_weight(batch, [0, 1]) == 2
 
 
-def test_orsd_workers_share_their_offline_rubrics():
+def test_orsd_workers_share_their_offline_rubrics_and_shuffled_pool():
     orsd = make_algorithm("orsd")
-    states = [{"offline_bundles": {"a": [["x"]]}}, {"offline_bundles": {"a": [["y"]], "b": [["z"]]}}]
-    assert orsd.merge_worker_states(states) == {"offline_bundles": {"a": [["x"]], "b": [["z"]]}}
+    states = [
+        {"offline_bundles": {"a": [["x"]]}, "shuffled_pool": {"A": ["check A"]}},
+        {"offline_bundles": {"a": [["y"]], "b": [["z"]]}, "shuffled_pool": {"B": ["check B"]}},
+    ]
+    merged = orsd.merge_worker_states(states)
+    assert merged == {
+        "offline_bundles": {"a": [["x"]], "b": [["z"]]},
+        "shuffled_pool": {"A": ["check A"], "B": ["check B"]},
+    }
+    # Loaded by every worker, the merged pool lends another task's rubric to a third task.
+    orsd.load_state_dict(merged)
+    assert orsd.state_dict()["shuffled_pool"] == merged["shuffled_pool"]
+    assert orsd.shuffled.lend("C", np.random.default_rng(0))[0] in ("A", "B")
     with pytest.raises(ValueError, match="differs between workers"):
         make_algorithm("grpo").merge_worker_states([{}, {"x": 1}])
 

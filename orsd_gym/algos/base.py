@@ -4,6 +4,10 @@ An `Algorithm` sees Trajectories and a policy that can score tokens; it never st
 Per rollout batch the trainer calls `Algorithm.prepare` once (advantages and any per-token
 terms, computed without gradients), then `Algorithm.loss` once per micro-batch for every
 mini-batch and epoch, backpropagating each micro-batch loss before the next.
+
+In a data-parallel run every worker prepares its own share of the batch's groups; what an
+algorithm must know of the other shares while preparing (ORSD's negative control lends rubrics
+between tasks) it exchanges through the `Peers` it is given.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
 import numpy as np
 import torch
@@ -20,6 +24,24 @@ from orsd_gym import configio
 from orsd_gym.errors import UnknownAlgorithmError
 from orsd_gym.policies.base import Policy
 from orsd_gym.rollout.trajectory import Trajectory
+
+T = TypeVar("T")
+
+
+class Peers(Protocol):
+    """The data-parallel workers preparing the other shares of a batch (`SOLO` when alone)."""
+
+    def all_gather(self, value: T) -> list[T]:
+        """Every worker's ``value``, in rank order (the rank order is the order of the groups)."""
+
+
+class _Solo:
+    def all_gather(self, value: T) -> list[T]:
+        return [value]
+
+
+#: The peers of a single process: itself.
+SOLO: Peers = _Solo()
 
 
 @dataclass
@@ -66,9 +88,16 @@ class Algorithm(ABC):
 
     @abstractmethod
     def prepare(
-        self, trajectories: Sequence[Trajectory], policy: Policy, *, iteration: int, rng: np.random.Generator
+        self,
+        trajectories: Sequence[Trajectory],
+        policy: Policy,
+        *,
+        iteration: int,
+        rng: np.random.Generator,
+        peers: Peers = SOLO,
     ) -> PreparedBatch:
-        """Rewards, per-token advantages and extras of a rollout batch (no gradients)."""
+        """Rewards, per-token advantages and extras of a rollout batch (no gradients); ``peers``
+        are the workers preparing the rest of the batch in a data-parallel run."""
 
     @abstractmethod
     def loss(

@@ -2,9 +2,9 @@
 
 Every equation is a small function so it can be read (and tested) on its own:
 
-    A_i        = (R_i - mean_g R) / (std_g R + eps)          (norm_std=False: no division, Dr.GRPO)
+    A_i        = (R_i - mean_g R) / (std_g R + eps)          (norm_std=False: centring only)
     A_{i,t}    = A_i on every mask-1 token of trajectory i, 0 elsewhere
-    r_{i,t}    = exp(log pi(y_t) - log pi_old(y_t))          (pi_old: rollout-time log-probs)
+    r_{i,t}    = exp(log pi(y_t) - log pi_old(y_t))          (pi_old: the sampling weights, scored as the update scores)
     L^pg_{i,t} = -min(r A, clip(r, 1 - clip_low, 1 + clip_high) A)
     L^kl_{i,t} = exp(q - p) - (q - p) - 1,  p = log pi, q = log pi_ref     (k3, unbiased, >= 0)
     L_{i,t}    = L^pg + kl_coef L^kl - entropy_coef H_t
@@ -21,7 +21,7 @@ from typing import Literal
 import numpy as np
 import torch
 
-from orsd_gym.algos.base import Algorithm, PreparedBatch, register_algorithm
+from orsd_gym.algos.base import SOLO, Algorithm, Peers, PreparedBatch, register_algorithm
 from orsd_gym.algos.rewards import RewardConfig, trajectory_reward
 from orsd_gym.policies.base import Policy
 from orsd_gym.rollout.trajectory import Trajectory
@@ -37,7 +37,8 @@ class GRPOConfig:
     clip_low: float = 0.2
     clip_high: float = 0.2
     loss_agg: LossAgg = "token-mean"
-    #: Divide centred rewards by the group std (False: Dr.GRPO, centring only).
+    #: Divide centred rewards by the group std (False: centring only, as Dr.GRPO's advantage;
+    #: Dr.GRPO's loss also sums tokens over a constant instead of a mean, which `loss_agg` does not offer).
     norm_std: bool = True
     eps: float = 1e-6
     #: Weight of the k3 KL estimator against the frozen `reference` policy (0: no reference needed).
@@ -111,6 +112,34 @@ def episode_groups(trajectories: Sequence[Trajectory]) -> dict[int, list[list[in
     return groups
 
 
+def old_logprobs(
+    policy: Policy, trajectories: Sequence[Trajectory], temperature: float
+) -> tuple[list[torch.Tensor], float]:
+    """PPO's old log-probs, computed as the update will compute the new ones, and the mean
+    |sampling-time - old| log-prob over sampled tokens (0 where the sampler's are used as is).
+
+    Where the policy samples and updates in float32, the sampling log-probs are exact (cached
+    decoding and a full pass agree to float precision) and are used as they are. Otherwise
+    (bfloat16 sampling, or updates that compute in a 16-bit dtype) they differ from what the
+    update computes by more than a PPO ratio may tolerate, mostly on the uncertain tokens that
+    carry the gradient, so the sampled tokens are scored again without gradients in the update
+    dtype: the first epoch's ratio then starts at 1, whatever the sampling precision.
+    """
+    sampled = [torch.as_tensor(t.logprobs, dtype=torch.float32) * torch.as_tensor(t.loss_mask) for t in trajectories]
+    if policy.dtype == policy.update_dtype == torch.float32:
+        return sampled, 0.0
+    scored = policy.score(
+        [t.token_ids for t in trajectories],
+        [t.loss_mask for t in trajectories],
+        temperature=temperature,
+        in_update_dtype=True,
+    )
+    old = [s.detach().float().cpu() for s in scored]
+    tokens = sum(sum(t.loss_mask) for t in trajectories)
+    gap = sum(float((a - b).abs().sum()) for a, b in zip(sampled, old, strict=True))
+    return old, gap / max(tokens, 1)
+
+
 def broadcast_advantage(advantage: float, loss_mask: Sequence[int]) -> torch.Tensor:
     """The sequence-level advantage on every mask-1 token (float32, 0 elsewhere)."""
     mask = torch.as_tensor(loss_mask, dtype=torch.float32)
@@ -179,11 +208,17 @@ class GRPO(Algorithm):
             raise ValueError("kl_coef > 0 needs a frozen reference policy: pass reference=policy.copy_frozen()")
 
     def prepare(
-        self, trajectories: Sequence[Trajectory], policy: Policy, *, iteration: int, rng: np.random.Generator
+        self,
+        trajectories: Sequence[Trajectory],
+        policy: Policy,
+        *,
+        iteration: int,
+        rng: np.random.Generator,
+        peers: Peers = SOLO,
     ) -> PreparedBatch:
-        return self.grpo_prepare(trajectories)
+        return self.grpo_prepare(trajectories, policy)
 
-    def grpo_prepare(self, trajectories: Sequence[Trajectory]) -> PreparedBatch:
+    def grpo_prepare(self, trajectories: Sequence[Trajectory], policy: Policy) -> PreparedBatch:
         """Rewards, GRPO advantages per token, old (and reference) log-probs."""
         trajectories = list(trajectories)
         if not trajectories:
@@ -209,16 +244,16 @@ class GRPO(Algorithm):
                 for i in samples:
                     sequence_adv[i] = float(a)
         advantages = [broadcast_advantage(a, t.loss_mask) for a, t in zip(sequence_adv, trajectories, strict=True)]
-        old = [torch.as_tensor(t.logprobs, dtype=torch.float32) * torch.as_tensor(t.loss_mask) for t in trajectories]
+        old, sampler_gap = old_logprobs(policy, trajectories, self.config.temperature)
         extras: dict[str, list[torch.Tensor]] = {"grpo_advantage": [a.clone() for a in advantages]}
         if self.config.kl_coef > 0:
             assert self.reference is not None
-            with torch.no_grad():
-                ref = self.reference.score(
-                    [t.token_ids for t in trajectories],
-                    [t.loss_mask for t in trajectories],
-                    temperature=self.config.temperature,
-                )
+            ref = self.reference.score(
+                [t.token_ids for t in trajectories],
+                [t.loss_mask for t in trajectories],
+                temperature=self.config.temperature,
+                in_update_dtype=True,
+            )
             extras["ref_logprobs"] = [r.detach().float().cpu() for r in ref]
         # Per episode (its first sample), whatever the layout.
         firsts = [episode[0] for episodes in groups.values() for episode in episodes]
@@ -227,6 +262,7 @@ class GRPO(Algorithm):
             "num_groups": float(len(groups)),
             "zero_adv_group_frac": zero_groups / len(groups),
             "adv_abs_mean": float(np.mean([abs(sequence_adv[i]) for i in firsts])),
+            "sampler_logprob_gap": sampler_gap,
         }
         return PreparedBatch(
             trajectories=trajectories,

@@ -74,7 +74,14 @@ class Policy(Protocol):
 
     @property
     def dtype(self) -> torch.dtype:
-        """The dtype the model computes in (float32 makes cached decoding and scoring agree)."""
+        """The dtype sampling and scoring without gradients compute in (float32 makes cached
+        decoding and scoring agree)."""
+
+    @property
+    def update_dtype(self) -> torch.dtype:
+        """The dtype updates compute in. What enters a loss without gradients (PPO's old
+        log-probs, ORSD's replays, a KL reference) is scored in it too (``score(...,
+        in_update_dtype=True)``), so a loss compares numbers computed alike."""
 
     @property
     def max_positions(self) -> int:
@@ -107,6 +114,7 @@ class Policy(Protocol):
         with_grad: bool = False,
         return_entropy: bool = False,
         temperature: float = 1.0,
+        in_update_dtype: bool = False,
     ) -> list[torch.Tensor] | tuple[list[torch.Tensor], list[torch.Tensor]]:
         """Per-token log-probabilities of each sequence under the current weights.
 
@@ -116,6 +124,7 @@ class Policy(Protocol):
         micro-batches under a token budget. With ``return_entropy`` also returns the per-token
         entropy of the predictive distribution. With ``with_grad`` the tensors carry gradients
         to `trainable_parameters` (the caller backpropagates micro-batch by micro-batch).
+        Computed in `dtype`, or in `update_dtype` with ``with_grad`` or ``in_update_dtype``.
         """
 
     def next_token_logprobs(self, contexts: Sequence[Sequence[int]]) -> torch.Tensor:
@@ -147,4 +156,5 @@ class Policy(Protocol):
 
     def copy_frozen(self, dtype: str | torch.dtype | None = None) -> Policy:
         """An independent frozen copy (no grad, eval mode): reference models and verifiers.
-        ``dtype`` (None: the policy's inference dtype) is what the copy holds and computes in."""
+        ``dtype`` (None: the policy's inference dtype) is what the copy holds and computes in;
+        a copy in the policy's own weights dtype keeps its `update_dtype` too."""

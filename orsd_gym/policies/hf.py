@@ -103,6 +103,7 @@ class HFPolicy:
         gradient_checkpointing: bool = False,
         share_prefixes: bool = True,
         inference_dtype: str | torch.dtype | None = None,
+        update_dtype: str | torch.dtype | None = None,
     ) -> None:
         if token_budget < 1 or logits_chunk < 1:
             raise ValueError("token_budget and logits_chunk must be >= 1")
@@ -132,10 +133,12 @@ class HFPolicy:
         self.device = next(model.parameters()).device
         weights_dtype = next(model.parameters()).dtype
         #: The dtype sampling and scoring without gradients compute in: the weights' own, or a
-        #: lower precision through autocast (updates always compute in the weights' dtype).
-        self.inference_dtype = (
-            weights_dtype if inference_dtype is None else resolve_dtype(inference_dtype, self.device.type)
-        )
+        #: lower precision through autocast.
+        self.inference_dtype = _compute_dtype(inference_dtype, weights_dtype, self.device.type, "inference_dtype")
+        #: The dtype updates compute in (the weights' own, or bf16/fp16 compute over float32
+        #: master weights through autocast), and with it everything that enters a loss without
+        #: gradients: `score(..., in_update_dtype=True)`.
+        self.update_dtype = _compute_dtype(update_dtype, weights_dtype, self.device.type, "update_dtype")
         self._generator = torch.Generator(device=self.device).manual_seed(seed)
         self.stop_token_ids = self._find_stop_token_ids()
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
@@ -165,11 +168,20 @@ class HFPolicy:
         """The dtype of sampling and of scoring without gradients (`inference_dtype`)."""
         return self.inference_dtype
 
+    @property
+    def weights_dtype(self) -> torch.dtype:
+        return self._lm_head.weight.dtype
+
     def _inference(self) -> Any:
-        """No gradients, and autocast to `inference_dtype` where it differs from the weights'."""
-        if self.inference_dtype == self._lm_head.weight.dtype:
-            return torch.no_grad()
-        return _no_grad_autocast(self.device.type, self.inference_dtype)
+        """No gradients, computing in `inference_dtype`."""
+        return _computing_in(self.device.type, self.inference_dtype, self.weights_dtype, grad=False)
+
+    def _scoring(self, *, with_grad: bool, in_update_dtype: bool) -> Any:
+        """What a `score` call computes in: `update_dtype` with gradients or when asked for
+        (a loss's inputs), `inference_dtype` otherwise."""
+        if with_grad or in_update_dtype:
+            return _computing_in(self.device.type, self.update_dtype, self.weights_dtype, grad=with_grad)
+        return self._inference()
 
     @property
     def vocab_size(self) -> int:
@@ -447,6 +459,7 @@ class HFPolicy:
         with_grad: bool = False,
         return_entropy: bool = False,
         temperature: float = 1.0,
+        in_update_dtype: bool = False,
     ) -> list[torch.Tensor] | tuple[list[torch.Tensor], list[torch.Tensor]]:
         """See `Policy.score`. With ``loss_masks`` only mask-1 positions are computed (others 0).
 
@@ -463,7 +476,8 @@ class HFPolicy:
                     raise ValueError(f"loss_masks[{i}] has length {len(m)}, sequence has {len(seq)}")
         logps: list[torch.Tensor | None] = [None] * len(sequences)
         entropies: list[torch.Tensor | None] = [None] * len(sequences)
-        with torch.enable_grad() if with_grad else self._inference(), phase("forward" if with_grad else "score"):
+        computing = self._scoring(with_grad=with_grad, in_update_dtype=in_update_dtype)
+        with computing, phase("forward" if with_grad else "score"):
             for batch in self._micro_batches([len(s) for s in sequences]):
                 rows = [sequences[i] for i in batch]
                 hidden = self._hidden(rows)
@@ -563,7 +577,7 @@ class HFPolicy:
         chunk (its logits, their exponentials and gradient, in float32). Calibrated against
         measured peaks in benchmarks/iteration_profile.py."""
         config = (self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model).config
-        width = self._lm_head.weight.element_size()
+        width = self.update_dtype.itemsize
         hidden, inner = int(config.hidden_size), int(config.intermediate_size)
         # A Llama-style layer keeps about 12 hidden-wide and 5 MLP-wide tensors per token.
         layer = (12 * hidden + 5 * inner) * width
@@ -617,8 +631,10 @@ class HFPolicy:
         return self
 
     def copy_frozen(self, dtype: str | torch.dtype | None = None) -> HFPolicy:
-        # A frozen copy is only ever used for inference: it holds its weights in that dtype.
+        # A frozen copy holds its weights in the dtype it computes in. One in the policy's own
+        # weights dtype (a KL reference) also computes a loss's inputs exactly as the policy does.
         inference_dtype = self.inference_dtype if dtype is None else resolve_dtype(dtype, self.device.type)
+        update_dtype = self.update_dtype if inference_dtype == self.weights_dtype else inference_dtype
         model = _copy_in_dtype(self.model, inference_dtype)
         frozen = HFPolicy(
             model,
@@ -630,6 +646,7 @@ class HFPolicy:
             logits_chunk=self.logits_chunk,
             share_prefixes=self.share_prefixes,
             inference_dtype=inference_dtype,
+            update_dtype=update_dtype,
         )
         return frozen.freeze()
 
@@ -645,10 +662,28 @@ def _copy_in_dtype(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Modul
     return copy.deepcopy(model, memo)
 
 
+def _compute_dtype(dtype: str | torch.dtype | None, weights: torch.dtype, device_type: str, name: str) -> torch.dtype:
+    """A compute dtype for weights held in ``weights`` (None: theirs); autocast can only narrow."""
+    if dtype is None:
+        return weights
+    resolved = resolve_dtype(dtype, device_type)
+    if resolved != weights and resolved.itemsize >= weights.itemsize:
+        raise ValueError(
+            f"{name}={resolved} cannot compute over weights held in {weights}: autocast only computes in a "
+            "narrower dtype (hold the weights in float32 to compute in bfloat16 or float16)"
+        )
+    return resolved
+
+
 @contextmanager
-def _no_grad_autocast(device_type: str, dtype: torch.dtype) -> Iterator[None]:
-    with torch.no_grad(), torch.autocast(device_type, dtype=dtype):
-        yield
+def _computing_in(device_type: str, dtype: torch.dtype, weights: torch.dtype, *, grad: bool) -> Iterator[None]:
+    """Gradients on or off, and autocast to ``dtype`` where it differs from the weights'."""
+    with torch.enable_grad() if grad else torch.no_grad():
+        if dtype == weights:
+            yield
+        else:
+            with torch.autocast(device_type, dtype=dtype):
+                yield
 
 
 def _sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | list[torch.Generator]):

@@ -241,6 +241,7 @@ def load_policy(
     token_budget: int = 16_384,
     gradient_checkpointing: bool = False,
     inference_dtype: str | Any | None = None,
+    update_dtype: str | Any | None = None,
 ) -> HFPolicy:
     """Load a model by registry name, local path or hub id as an `HFPolicy`.
 
@@ -250,7 +251,8 @@ def load_policy(
     ``token_budget`` caps the padded tokens of one scoring micro-batch (a trainer passes its
     ``optim.micro_batch_tokens``); ``gradient_checkpointing`` trades recomputation for memory in
     updates (see `HFPolicy`). ``inference_dtype`` (e.g. ``"bfloat16"``; None: ``dtype``) is what
-    sampling and scoring without gradients compute in, through autocast; updates keep ``dtype``.
+    sampling and scoring without gradients compute in, through autocast; ``update_dtype`` (None:
+    ``dtype``) is what updates, and the scoring of what enters a loss, compute in.
     """
     from orsd_gym.policies.hf import HFPolicy, load_pretrained
 
@@ -269,6 +271,7 @@ def load_policy(
         token_budget=token_budget,
         gradient_checkpointing=gradient_checkpointing,
         inference_dtype=inference_dtype,
+        update_dtype=update_dtype,
     )
 
 

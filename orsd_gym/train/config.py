@@ -59,10 +59,15 @@ class ModelConfig:
     #: for about a third more update compute. Sampling and scoring are unaffected.
     gradient_checkpointing: bool = True
     #: What sampling and scoring without gradients compute in (None: `dtype`). "bfloat16" runs
-    #: them through autocast on a float32 model (CPUs with bf16 instructions: about 2x faster
-    #: decoding); updates stay in `dtype`, so the PPO ratio at the first epoch starts near, not
-    #: at, 1 (measured in benchmarks/README.md), and ORSD's delta_baseline "auto" rescores.
+    #: them through autocast on a float32 model (faster decoding on CPUs with bf16 instructions).
+    #: What enters a loss is never taken from it: PPO's old log-probs, ORSD's replays and the KL
+    #: reference are then scored again in `update_dtype` (one extra no-grad pass per iteration).
     inference_dtype: Literal["float32", "bfloat16", "float16"] | None = None
+    #: What updates compute in (None: `dtype`): "bfloat16" over float32 weights is mixed
+    #: precision (bf16 compute, float32 master weights and AdamW state), the GPU presets' choice.
+    #: Weights held in bfloat16 or float16 cannot be fully fine-tuned (AdamW's small steps
+    #: round away): a run refuses them unless LoRA trains float32 adapters.
+    update_dtype: Literal["float32", "bfloat16", "float16"] | None = None
     #: What ORSD's frozen verifier holds its weights in and computes with (None: the inference
     #: dtype). It only ranks rubrics by P("yes"), so "bfloat16" halves its memory (0.27 of
     #: 0.54 GB for SmolLM2-135M) at a small cost in score precision; on CPUs without bf16

@@ -43,9 +43,12 @@ RUN_FILES = (
     "tensorboard",
 )
 #: Settings that may change between a run and its resumption, with the caller's explicit
-#: consent: they change when or how fast things happen, not what is trained.
+#: consent: they change when or how fast things happen, or how much memory it takes (a run
+#: moved to a smaller machine), not what is trained.
 SAFE_CHANGES = frozenset(
     {
+        "optim.max_memory_gb",
+        "optim.micro_batch_tokens",
         "train.iterations",
         "train.checkpoint_every",
         "train.keep_checkpoints",

@@ -51,7 +51,13 @@ from orsd_gym.train.metrics import MetricsWriter, combine_worker_metrics
 from orsd_gym.train.plan import build_task_plan
 from orsd_gym.train.rundir import Claim, claim_run_directory, record_changes
 from orsd_gym.train.seeds import ALGO, EVAL, ROLLOUT, iteration_rng, iteration_seed
-from orsd_gym.train.update import activation_budget, make_optimizer, update_policy
+from orsd_gym.train.update import (
+    activation_budget,
+    apply_optim_settings,
+    check_trainable_precision,
+    make_optimizer,
+    update_policy,
+)
 from orsd_gym.train.warm_start import ensure_warm_start
 from orsd_gym.train.workers import SINGLE, Workers
 
@@ -125,14 +131,17 @@ class Trainer:
             token_budget=config.optim.micro_batch_tokens,
             gradient_checkpointing=model.gradient_checkpointing,
             inference_dtype=model.inference_dtype,
+            update_dtype=model.update_dtype,
         )
+        check_trainable_precision(self.policy)
         self.warm_start_metrics = workers.on_main(self._start_weights)
         self._release_freed_memory()  # the warm start's gradients and AdamW moments
         # Every replica starts from worker 0's weights (its warm start), as DDP's do.
         workers.broadcast_parameters(self.policy.trainable_parameters())
         # Reference and verifier are frozen copies of the weights training starts from, taken
-        # before a checkpoint is loaded, so a resumed run judges with the same models.
-        reference = self.policy.copy_frozen() if self.algo_config.needs_reference else None
+        # before a checkpoint is loaded, so a resumed run judges with the same models. The KL
+        # reference enters the loss: it keeps the policy's weights dtype and update dtype.
+        reference = self.policy.copy_frozen(model.dtype) if self.algo_config.needs_reference else None
         verifier = None
         if self.algo_config.needs_verifier:
             judge = (
@@ -217,6 +226,7 @@ class Trainer:
         self.policy.load_state_dict(checkpoint.policy_state)
         self.optimizer.load_state_dict(join_optimizer_state(checkpoint.optimizer_tensors, state["optimizer"]))
         self.scheduler.load_state_dict(state["scheduler"])
+        apply_optim_settings(self.optimizer, self.scheduler, self.config.optim)
         self.algorithm.load_state_dict(state.get("algorithm", {}))
         rng = state.get("worker_torch_rng", [state["torch_rng"]])[self.workers.rank]
         torch.set_rng_state(torch.tensor(rng, dtype=torch.uint8))
@@ -344,7 +354,7 @@ class Trainer:
         view.phase(f"advantages {iteration + 1}")
         with phase("prepare") as timer:
             rng = iteration_rng(seed, iteration, ALGO, *workers.stream())
-            batch = self.algorithm.prepare(trajectories, self.policy, iteration=iteration, rng=rng)
+            batch = self.algorithm.prepare(trajectories, self.policy, iteration=iteration, rng=rng, peers=workers)
             if workers.size > 1:  # e.g. ORSD's offline rubrics: every worker learns what any wrote
                 self.algorithm.load_state_dict(
                     self.algorithm.merge_worker_states(workers.all_gather(self.algorithm.state_dict()))

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from orsd_gym.algos.base import Algorithm, PreparedBatch
-from orsd_gym.errors import MemoryBudgetError
+from orsd_gym.errors import ConfigError, MemoryBudgetError
 from orsd_gym.policies.base import Policy
 from orsd_gym.profiling import phase
 from orsd_gym.rollout.trajectory import Trajectory
@@ -44,8 +44,9 @@ def update_policy(
     iteration: int,
     workers: Workers = SINGLE,
 ) -> dict[str, float]:
-    """Run the update; returns the loss metrics averaged over trajectories (of every worker)
-    and the mean grad norm."""
+    """Run the update; returns the loss metrics as means over the sampled tokens of every
+    micro-batch, mini-batch and epoch (of every worker; ``tokens``: their total), and the mean
+    grad norm."""
     policy.set_training(True)
     try:
         return _optimise(policy, algorithm, batch, optimizer, scheduler, optim, seed, iteration, workers)
@@ -60,7 +61,6 @@ def _optimise(
     budget = activation_budget(policy, algorithm, optim)
     fits = None if budget is None else lambda rows, length: policy.update_activation_bytes(rows, length) <= budget
     sums: dict[str, float] = {}
-    counts: dict[str, int] = {}
     grad_norms = []
     for epoch in range(optim.epochs):
         order = iteration_rng(seed, iteration, UPDATE, epoch, *workers.stream()).permutation(n)
@@ -71,9 +71,12 @@ def _optimise(
                 loss, metrics = algorithm.loss(policy, batch, micro, minibatch_indices=minibatch)
                 with phase("backward"):
                     loss.backward()
+                # Per-token means count by tokens, whatever rows a memory budget put together
+                # (an algorithm that reports no token count is weighted by rows).
+                weight = float(metrics.pop("tokens", len(micro)))
+                sums["tokens"] = sums.get("tokens", 0.0) + weight
                 for key, value in metrics.items():
-                    sums[key] = sums.get(key, 0.0) + float(value) * len(micro)
-                    counts[key] = counts.get(key, 0) + len(micro)
+                    sums[key] = sums.get(key, 0.0) + float(value) * weight
             with phase("optimizer"):
                 params = policy.trainable_parameters()
                 workers.all_reduce_gradients(params, algorithm.minibatch_weight(batch, minibatch))
@@ -84,8 +87,8 @@ def _optimise(
     # The gradients are not needed until the next update: free them for the rollout between.
     optimizer.zero_grad(set_to_none=True)
     sums = workers.sum(sums)
-    counts = workers.sum(counts)
-    out = {key: sums[key] / counts[key] for key in sums}
+    total = sums.get("tokens", 0.0)
+    out = {key: value if key == "tokens" else value / max(total, 1.0) for key, value in sums.items()}
     out["grad_norm"] = float(np.mean(grad_norms)) if grad_norms else 0.0
     return out
 
@@ -142,6 +145,20 @@ def activation_budget(policy: Policy, algorithm: Algorithm, optim: OptimConfig) 
     return budget
 
 
+def check_trainable_precision(policy: Policy) -> None:
+    """Refuse trainable weights held in a 16-bit dtype: an AdamW step moves a weight by about
+    lr, and bfloat16 keeps 8 bits of mantissa, so any step below 2^-8 of the weight rounds away
+    (at lr 1e-6 nearly all of them). Mixed precision keeps float32 master weights instead."""
+    narrow = sorted({str(p.dtype) for p in policy.trainable_parameters() if p.dtype.itemsize < 4})
+    if narrow:
+        raise ConfigError(
+            f"the trainable weights are held in {', '.join(narrow)}: AdamW's updates round away on 16-bit weights "
+            "(a step changes a weight only when it exceeds 2^-8 of it in bfloat16). Hold them in float32 and compute "
+            "in 16 bits (model.dtype=float32 model.update_dtype=bfloat16 model.inference_dtype=bfloat16), or train "
+            "LoRA adapters (model.lora.enabled=true)"
+        )
+
+
 def make_optimizer(policy: Policy, optim: OptimConfig, total_steps: int):
     """AdamW on the trainable parameters and its learning-rate schedule over ``total_steps``.
 
@@ -152,14 +169,39 @@ def make_optimizer(policy: Policy, optim: OptimConfig, total_steps: int):
     params = policy.trainable_parameters()
     if not params:
         raise ValueError("the policy has no trainable parameters")
+    check_trainable_precision(policy)
     optimizer = torch.optim.AdamW(
         params,
         lr=optim.lr,
         betas=(optim.beta1, optim.beta2),
         weight_decay=optim.weight_decay,
-        foreach=False if optim.max_memory_gb is not None else None,
+        foreach=_foreach(optim),
     )
     return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, _schedule(optim, max(1, total_steps)))
+
+
+def apply_optim_settings(
+    optimizer: torch.optim.Optimizer, scheduler: torch.optim.lr_scheduler.LambdaLR, optim: OptimConfig
+) -> None:
+    """Put ``optim``'s settings over an optimiser and schedule restored from a checkpoint, which
+    carry the settings they were saved with: a resume that allows ``optim.*`` to change trains
+    with the new ones from its first step (AdamW's moments and the step count are kept)."""
+    factor = scheduler.lr_lambdas[0](scheduler.last_epoch)
+    scheduler.base_lrs = [optim.lr] * len(optimizer.param_groups)
+    for group in optimizer.param_groups:
+        group.update(
+            initial_lr=optim.lr,
+            lr=optim.lr * factor,
+            betas=(optim.beta1, optim.beta2),
+            weight_decay=optim.weight_decay,
+            foreach=_foreach(optim),
+        )
+    scheduler._last_lr = [group["lr"] for group in optimizer.param_groups]
+
+
+def _foreach(optim: OptimConfig) -> bool | None:
+    # See make_optimizer: one tensor at a time under a memory budget.
+    return False if optim.max_memory_gb is not None else None
 
 
 def _schedule(optim: OptimConfig, total_steps: int):

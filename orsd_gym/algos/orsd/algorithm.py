@@ -29,7 +29,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from orsd_gym.algos.base import PreparedBatch, register_algorithm
+from orsd_gym.algos.base import SOLO, Peers, PreparedBatch, register_algorithm
 from orsd_gym.algos.grpo import GRPO, GRPOConfig, episode_groups
 from orsd_gym.algos.orsd.alignment import credit_alignment
 from orsd_gym.algos.orsd.expert_rubric import expert_bundle_for
@@ -101,9 +101,9 @@ class ORSDConfig(GRPOConfig):
     beta: float = 0.1
     delta_clip: float = 1.0
     center_delta: bool = False
-    #: Where delta's "without rubric" log-probs come from: "rollout" (the sampling log-probs,
-    #: no extra pass), "rescore" (a second scoring pass, the same kind as the "with" side), or
-    #: "auto": rescore unless the policy runs in float32, where the two agree to ~1e-4.
+    #: Where delta's "without rubric" log-probs come from: "rollout" (the batch's old log-probs,
+    #: PPO's: no extra pass) or "rescore" (a separate scoring pass of the original sequences).
+    #: Both are in the update dtype, like the "with" side; "auto" is "rollout".
     delta_baseline: DeltaBaseline | Literal["auto"] = "auto"
     #: "raw": the correction is ``beta * clip(delta)`` in nats; "normalized": each group's delta is
     #: rescaled so its mean |clip(delta)| equals the group's mean |advantage| (`group_delta_scale`),
@@ -197,18 +197,24 @@ class ORSD(GRPO):
     # ------------------------------------------------------------------ prepare
 
     def prepare(
-        self, trajectories: Sequence[Trajectory], policy: Policy, *, iteration: int, rng: np.random.Generator
+        self,
+        trajectories: Sequence[Trajectory],
+        policy: Policy,
+        *,
+        iteration: int,
+        rng: np.random.Generator,
+        peers: Peers = SOLO,
     ) -> PreparedBatch:
         cfg = self.config
         times: dict[str, float] = {}
         with phase("orsd_total") as total:
             with phase("orsd_grpo") as timer:
-                batch, groups, active = self._groups(trajectories)
+                batch, groups, active = self._groups(trajectories, policy)
             times["time/orsd_grpo"] = timer.seconds
             trajs = batch.trajectories
 
             with phase("orsd_propose") as timer:
-                self._candidates(groups, active, trajs, policy, rng)
+                self._candidates(active, trajs, policy, rng)
             times["time/orsd_propose"] = timer.seconds
 
             with phase("orsd_verify") as timer:
@@ -219,11 +225,11 @@ class ORSD(GRPO):
                 for group in active:
                     self._select(group, rng)
                 if cfg.rubric_source == "shuffled":
-                    self._lend(groups, active, trajs, policy, rng)
+                    self._lend(groups, active, trajs, policy, rng, peers)
             times["time/orsd_select"] = timer.seconds
 
             with phase("orsd_replay") as timer:
-                deltas = self._replay(active, trajs, policy)
+                deltas = self._replay(active, batch, policy)
             times["time/orsd_replay"] = timer.seconds
 
             with phase("orsd_shape") as timer:
@@ -252,9 +258,11 @@ class ORSD(GRPO):
         batch.metrics.update(times)
         return batch
 
-    def _groups(self, trajectories: Sequence[Trajectory]) -> tuple[PreparedBatch, list[_GroupWork], list[_GroupWork]]:
+    def _groups(
+        self, trajectories: Sequence[Trajectory], policy: Policy
+    ) -> tuple[PreparedBatch, list[_GroupWork], list[_GroupWork]]:
         """GRPO's batch, every group's work record, and the groups with mixed rewards."""
-        batch = self.grpo_prepare(trajectories)
+        batch = self.grpo_prepare(trajectories, policy)
         trajs = batch.trajectories
         groups = [
             _GroupWork(
@@ -278,9 +286,10 @@ class ORSD(GRPO):
                 active.append(group)
         return batch, groups, active
 
-    def _replay(self, active: list[_GroupWork], trajs: list[Trajectory], policy: Policy) -> list[torch.Tensor]:
+    def _replay(self, active: list[_GroupWork], batch: PreparedBatch, policy: Policy) -> list[torch.Tensor]:
         """delta per token of every trajectory (zeros where its group has no selected rubric)."""
         cfg = self.config
+        trajs = batch.trajectories
         rubric_of = {
             i: format_rubric(g.bundles[g.selected]) for g in active if g.selected is not None for i in g.indices
         }
@@ -294,17 +303,12 @@ class ORSD(GRPO):
                 temperature=cfg.temperature,
                 placement=cfg.rubric_placement,
                 template=cfg.rubric_template,
-                baseline=self.delta_baseline(policy),
+                baseline="rescore" if cfg.delta_baseline == "rescore" else "rollout",
+                old_logprobs=[batch.old_logprobs[i] for i in replay_indices],
             )
             for i, delta in zip(replay_indices, replayed, strict=True):
                 deltas[i] = delta
         return deltas
-
-    def delta_baseline(self, policy: Policy) -> DeltaBaseline:
-        """The "without rubric" side of delta for ``policy`` (resolves ``auto``)."""
-        if self.config.delta_baseline != "auto":
-            return self.config.delta_baseline
-        return "rollout" if policy.dtype == torch.float32 else "rescore"
 
     def _verifier_for(self, policy: Policy) -> Verifier:
         if self._verifier is None:
@@ -323,30 +327,21 @@ class ORSD(GRPO):
         return self._verifier
 
     def _candidates(
-        self,
-        groups: list[_GroupWork],
-        active: list[_GroupWork],
-        trajs: list[Trajectory],
-        policy: Policy,
-        rng: np.random.Generator,
+        self, active: list[_GroupWork], trajs: list[Trajectory], policy: Policy, rng: np.random.Generator
     ) -> None:
-        """Fill ``bundles`` of the groups with mixed rewards from the configured source."""
+        """Fill ``bundles`` of the groups with mixed rewards from the configured source (a
+        shuffled source of expert bundles lends them in `_lend`)."""
         source = self.config.rubric_source
         if source == "file":
             for group in active:
                 group.bundles = file_bundles(self.rubric_table, group.task_key)
         elif source == "expert":
             for group in active:
-                group.bundles = [expert_bundle_for(trajs[group.attempts[0]], self.config.max_criteria)]
+                bundle = expert_bundle_for(trajs[group.attempts[0]], self.config.max_criteria)
+                group.bundles = [bundle] if bundle else []
+                group.reason = "" if bundle else "the expert's plan is empty"
         elif source == "policy" or self.config.shuffled_from == "policy":
             self._propose(active, trajs, policy, rng)
-        else:
-            # Shuffled expert bundles: every group's own bundle joins the pool (mixed or not), so
-            # the tasks of this batch can lend to each other; `_lend` then swaps them.
-            for group in groups:
-                self.shuffled.remember(
-                    group.task_key, expert_bundle_for(trajs[group.attempts[0]], self.config.max_criteria)
-                )
 
     def _lend(
         self,
@@ -355,14 +350,26 @@ class ORSD(GRPO):
         trajs: list[Trajectory],
         policy: Policy,
         rng: np.random.Generator,
+        peers: Peers,
     ) -> None:
-        """Replace each mixed group's rubric with one written for another task (and verify it)."""
+        """Replace each mixed group's rubric with one written for another task (and verify it).
+
+        The pool first learns the rubric of every task of the batch, the other workers' groups
+        included (expert bundles: every group's, mixed or not; the policy's: each selected one),
+        in group order; each group then borrows with a generator of its own, drawn from a seed
+        worker 0 draws, so N workers lend exactly what one process lends."""
         if self.config.shuffled_from == "policy":
-            for group in groups:
-                if group.selected is not None:
-                    self.shuffled.remember(group.task_key, group.bundles[group.selected])
+            found = [(g.task_key, g.bundles[g.selected]) for g in groups if g.selected is not None]
+        else:
+            plans = [(g.task_key, expert_bundle_for(trajs[g.attempts[0]], self.config.max_criteria)) for g in groups]
+            found = [(key, bundle) for key, bundle in plans if bundle]
+        shares = peers.all_gather((found, int(rng.integers(2**63 - 1))))
+        for share, _ in shares:
+            for key, bundle in share:
+                self.shuffled.remember(key, bundle)
+        seed = shares[0][1]
         for group in active:
-            lent = self.shuffled.lend(group.task_key, rng)
+            lent = self.shuffled.lend(group.task_key, np.random.default_rng([seed, group.group_id]))
             group.bundles, group.scores, group.correlations, group.selected = [], None, None, None
             if lent is None:
                 group.reason = "no rubric of another task yet"
@@ -570,12 +577,16 @@ class ORSD(GRPO):
 
     def merge_worker_states(self, states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         """Every worker's offline bundles, so each knows every task any worker proposed for
-        (the first worker's bundles win a task two workers proposed for in one iteration)."""
+        (the first worker's bundles win a task two workers proposed for in one iteration), and
+        the shuffled pool every worker learnt (in rank order, so in group order)."""
         merged: dict[str, list[list[str]]] = {}
+        pool = ShuffledRubrics()
         for state in states:
             for task, bundles in dict(state.get("offline_bundles", {})).items():
                 merged.setdefault(task, bundles)
-        return {"offline_bundles": merged}
+            for task, bundle in dict(state.get("shuffled_pool", {})).items():
+                pool.remember(task, bundle)
+        return {"offline_bundles": merged, "shuffled_pool": pool.state()}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         unknown = set(state) - {"offline_bundles", "shuffled_pool"}

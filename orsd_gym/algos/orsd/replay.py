@@ -8,11 +8,13 @@ temperature:
 
     delta_t = log p(y_t | rubric, prefix) - log p(y_t | prefix)   on mask-1 tokens, 0 elsewhere
 
-The "without rubric" side (``baseline``) is either the rollout-time log-probs stored in the
-Trajectory ("rollout": one scoring pass) or a second scoring pass of the original sequence
-("rescore"). In float32 the two agree to ~1e-4; in bf16/fp16, cached incremental decoding and
-one full forward differ by ~1e-3 to 1e-2 per token, the size of a typical delta, so the two
-sides of the difference must come from the same kind of pass.
+Both sides of delta are computed as the update computes the loss (the policy's update dtype),
+so delta means the same whatever precision sampling ran in. The "without rubric" side
+(``baseline``) is the batch's old log-probs ("rollout": PPO's, `orsd_gym.algos.grpo.old_logprobs`:
+the sampler's own where it samples in float32 like the update, else a scoring pass in the update
+dtype) or a separate scoring pass of the original sequences ("rescore"). Computed in bfloat16,
+the two sides would each carry bf16 noise of the size of delta itself (measured on SmolLM2:
+half of a bf16 delta's magnitude, 77% sign agreement with float32).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Literal
 
 import torch
 
+from orsd_gym.algos.grpo import old_logprobs as batch_old_logprobs
 from orsd_gym.errors import ReplayError
 from orsd_gym.policies.base import Completion, FinishReason, Policy
 from orsd_gym.rollout.trajectory import Trajectory
@@ -82,9 +85,13 @@ def replay_deltas(
     placement: Placement = "system",
     template: str = DEFAULT_RUBRIC_TEMPLATE,
     baseline: DeltaBaseline = "rollout",
+    old_logprobs: Sequence[torch.Tensor] | None = None,
     force_score: bool = False,
 ) -> list[torch.Tensor]:
     """delta per token of each trajectory (float32, full length, 0 on mask-0 tokens).
+
+    ``old_logprobs`` (one per trajectory) are the batch's old log-probs, the "rollout" baseline
+    (`PreparedBatch.old_logprobs`); None: computed here as a trainer computes them.
 
     A trajectory whose privileged prompt renders to exactly its original prompt (empty rubric)
     has the same context under the same weights, so its delta is exactly 0 and it is not
@@ -94,6 +101,8 @@ def replay_deltas(
         raise ValueError(f"delta baseline must be 'rollout' or 'rescore', got {baseline!r}")
     if len(trajectories) != len(rubrics):
         raise ValueError(f"{len(trajectories)} trajectories but {len(rubrics)} rubrics")
+    if old_logprobs is not None and len(old_logprobs) != len(trajectories):
+        raise ValueError(f"{len(trajectories)} trajectories but {len(old_logprobs)} old log-prob tensors")
     deltas = [torch.zeros(len(t.token_ids), dtype=torch.float32) for t in trajectories]
     sequences, masks, plan = [], [], []
     for index, (trajectory, rubric) in enumerate(zip(trajectories, rubrics, strict=True)):
@@ -111,23 +120,25 @@ def replay_deltas(
         plan.append((index, positions))
     if not sequences:
         return deltas
-    with torch.no_grad():
-        scored = policy.score(sequences, masks, temperature=temperature)
-        if baseline == "rescore":
-            originals = [trajectories[index] for index, _ in plan]
-            rescored = policy.score(
-                [t.token_ids for t in originals], [t.loss_mask for t in originals], temperature=temperature
-            )
+    scored = policy.score(sequences, masks, temperature=temperature, in_update_dtype=True)
+    replayed = [trajectories[index] for index, _ in plan]
+    if baseline == "rescore":
+        without = policy.score(
+            [t.token_ids for t in replayed],
+            [t.loss_mask for t in replayed],
+            temperature=temperature,
+            in_update_dtype=True,
+        )
+    elif old_logprobs is not None:
+        without = [old_logprobs[index] for index, _ in plan]
+    else:
+        without = batch_old_logprobs(policy, replayed, temperature)[0]
     for k, ((index, positions), with_rubric) in enumerate(zip(plan, scored, strict=True)):
-        trajectory = trajectories[index]
         old_at, new_at = (
             torch.as_tensor(positions[0], dtype=torch.long),
             torch.as_tensor(positions[1], dtype=torch.long),
         )
-        if baseline == "rescore":
-            old = rescored[k].detach().float().cpu()[old_at]
-        else:
-            old = torch.as_tensor(trajectory.logprobs, dtype=torch.float32)[old_at]
+        old = without[k].detach().float().cpu()[old_at]
         deltas[index][old_at] = with_rubric.detach().float().cpu()[new_at] - old
     return deltas
 

@@ -1,0 +1,200 @@
+"""Numbers that mean the same in every precision mode: what enters a loss (PPO's old log-probs,
+ORSD's two replays, the KL reference) is computed in the update dtype whatever dtype sampling
+ran in; 16-bit weights are never fully fine-tuned; update metrics count tokens."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import pytest
+import torch
+from resumable_env import ENV_ID
+
+from orsd_gym.algos.base import make_algorithm
+from orsd_gym.algos.grpo import old_logprobs
+from orsd_gym.algos.orsd.replay import replay_deltas
+from orsd_gym.errors import ConfigError
+from orsd_gym.policies.base import SamplingParams
+from orsd_gym.policies.hf import HFPolicy
+from orsd_gym.policies.models import load_policy
+from orsd_gym.rollout.collector import TaskSpec, collect
+from orsd_gym.rollout.options import RolloutOptions
+from orsd_gym.train.config import OptimConfig, load_config
+from orsd_gym.train.metrics import read_metrics
+from orsd_gym.train.trainer import Trainer
+from orsd_gym.train.update import make_optimizer, update_policy
+
+VOWEL_RUN = [
+    "model.name=tiny-random",
+    f"env.id={ENV_ID}",
+    "rollout.tasks_per_iteration=2",
+    "rollout.group_size=3",
+    "rollout.max_turns=1",
+    "rollout.max_new_tokens=8",
+    "rollout.action_format=last_line",
+    "algo.params={reward: {outcome: return}}",
+    "eval.every=0",
+    "eval.num_tasks=2",
+    "train.iterations=1",
+    "train.threads=1",
+    "logging.live=false",
+    "logging.tensorboard=false",
+]
+#: Sampled tokens whose probability was at most this are the decisions (the rest are near-certain).
+DECISION_P = 0.9
+
+
+def test_bf16_sampling_starts_the_ratio_and_the_kl_at_exactly_their_start(tmp_path):
+    """One epoch, one mini-batch: the update's first (and only) step must see ratio 1 and KL 0,
+    although the rollout sampled in bfloat16 (its log-probs differ from float32's)."""
+    config = load_config(
+        None,
+        [
+            *VOWEL_RUN,
+            "model.inference_dtype=bfloat16",
+            "algo.params.kl_coef=0.1",
+            f"train.output_dir={tmp_path}",
+        ],
+    )
+    trainer = Trainer(config)
+    assert trainer.algorithm.reference.model.dtype == torch.float32
+    trainer.run()
+    [record] = read_metrics(tmp_path / "metrics.jsonl")
+    assert record["algo/sampler_logprob_gap"] > 1e-3  # bf16 sampling differs from the update's float32
+    assert record["policy/clip_frac"] == 0.0
+    assert abs(record["policy/approx_kl_old"]) < 1e-6
+    assert abs(record["policy/kl_ref"]) < 1e-6
+
+
+def _decision_deltas(policy: HFPolicy, samples, rubric: str, **replay) -> torch.Tensor:
+    deltas = replay_deltas(policy, samples, [rubric] * len(samples), **replay)
+    picked = []
+    for trajectory, delta in zip(samples, deltas):
+        sampled_p = torch.tensor(trajectory.logprobs).exp()
+        decision = torch.tensor(trajectory.loss_mask, dtype=torch.bool) & (sampled_p <= DECISION_P)
+        picked.append(delta[decision])
+    return torch.cat(picked)
+
+
+def test_a_bf16_sampled_orsd_delta_is_the_float32_delta_on_decision_tokens():
+    """SmolLM2 (a real, peaked distribution: tiny-random's near-uniform one hides the error).
+    Both sides of delta are float32 passes, so sampling in bfloat16 changes nothing; computed
+    in bfloat16 instead, the same deltas are off by about their own size."""
+    bf16 = load_policy("smollm2-135m", seed=0, inference_dtype="bfloat16")
+    samples = collect(
+        gym.make("orsd_gym/GuessNumber-v0", high=20),
+        bf16,
+        [TaskSpec(0, 3), TaskSpec(1, 4)],
+        group_size=3,
+        sampling=SamplingParams(max_new_tokens=12, temperature=1.0),
+        options=RolloutOptions(max_turns=2, action_format="last_line"),
+        seed=5,
+    )
+    rubric = "- Starts by guessing the middle of the range\n- Halves the range after every answer"
+    fp32 = HFPolicy(bf16.model, bf16.tokenizer, name="smollm2-135m")
+    exact = _decision_deltas(fp32, samples, rubric, baseline="rescore")
+    assert exact.numel() >= 20 and float(exact.abs().mean()) > 1e-3
+    from_bf16 = _decision_deltas(bf16, samples, rubric)
+    assert float((from_bf16 - exact).abs().max()) < 1e-4
+    in_bf16 = HFPolicy(bf16.model, bf16.tokenizer, inference_dtype="bfloat16", update_dtype="bfloat16")
+    noisy = _decision_deltas(in_bf16, samples, rubric, baseline="rescore")
+    assert float((noisy - exact).abs().mean()) > 0.2 * float(exact.abs().mean())
+
+
+def test_mixed_precision_adamw_changes_nearly_every_weight_where_bf16_weights_would_not():
+    """The GPU presets' precision (float32 master weights, bfloat16 compute) on a tiny model: one
+    AdamW step at the presets' lr 1e-6 moves nearly every weight; bf16 weights are refused."""
+    config = load_config("alfworld_qwen3_1.7b", ["model.name=tiny-random", "model.device=cpu"])
+    model = config.model
+    assert (model.dtype, model.update_dtype, config.optim.lr) == ("float32", "bfloat16", 1e-6)
+    policy = load_policy(
+        "tiny-random", dtype=model.dtype, update_dtype=model.update_dtype, inference_dtype=model.inference_dtype
+    )
+    before = {k: v.clone() for k, v in policy.state_dict().items()}
+    optimizer, _ = make_optimizer(policy, config.optim, total_steps=1)
+    sequence = policy.tokenizer.encode("Your task is to: put a clean mug in the coffeemachine.")
+    (logprobs,) = policy.score([sequence], with_grad=True)
+    assert logprobs.dtype == torch.float32 and logprobs.requires_grad
+    (-logprobs.sum()).backward()
+    optimizer.step()
+    after = policy.state_dict()
+    changed = sum(int((after[k] != before[k]).sum()) for k in before)
+    total = sum(v.numel() for v in before.values())
+    assert changed / total > 0.99
+
+    bf16 = load_policy("tiny-random", dtype="bfloat16")
+    with pytest.raises(ConfigError, match="round away.*model.update_dtype=bfloat16"):
+        make_optimizer(bf16, OptimConfig(lr=1e-6), total_steps=1)
+    with pytest.raises(ValueError, match="only computes in a narrower dtype"):
+        load_policy("tiny-random", dtype="bfloat16", update_dtype="float32")
+
+
+def test_update_metrics_are_per_token_whatever_the_micro_batches(policy):
+    """Trajectories of different lengths: metrics averaged over tokens do not change when a
+    smaller micro-batch budget splits the mini-batch differently."""
+    samples = []
+    for first_group, new_tokens in ((0, 4), (1, 12)):
+        samples += collect(
+            gym.make(ENV_ID),
+            policy,
+            [TaskSpec(first_group, first_group)],
+            group_size=3,
+            sampling=SamplingParams(max_new_tokens=new_tokens),
+            options=RolloutOptions(max_turns=1, action_format="last_line"),
+            seed=1,
+            first_group=first_group,
+        )
+    assert len({sum(t.loss_mask) for t in samples}) > 1
+    grpo = make_algorithm("grpo", {"reward": {"outcome": "return"}})
+    results = []
+    for budget in (1, 100_000):  # one trajectory per micro-batch, or all in one
+        copy = policy.copy_frozen()
+        for parameter in copy.model.parameters():
+            parameter.requires_grad_(True)
+        optim = OptimConfig(lr=1e-12, micro_batch_tokens=budget)
+        optimizer, scheduler = make_optimizer(copy, optim, total_steps=1)
+        batch = grpo.prepare(samples, copy, iteration=0, rng=None)
+        results.append(update_policy(copy, grpo, batch, optimizer, scheduler, optim, seed=0, iteration=0))
+    split, whole = results
+    assert split["tokens"] == whole["tokens"] == sum(sum(t.loss_mask) for t in samples)
+    for key in ("loss/pg", "policy/clip_frac", "policy/approx_kl_old"):
+        assert split[key] == pytest.approx(whole[key], abs=1e-6)
+
+
+def test_bf16_samples_depend_on_the_batch_but_what_enters_the_loss_does_not():
+    """bf16 batched matmuls are not batch-invariant: the same episode played with 6 env slots or
+    1 gets sampling log-probs that differ (measured: up to 0.23 nats on identical tokens, and 1
+    of these 6 episodes took another token), so a data-parallel bf16 run is not token for token
+    the one-process run. Where the tokens agree, the old log-probs the loss uses agree exactly."""
+    policy = load_policy("smollm2-135m", seed=0, inference_dtype="bfloat16")
+    runs = [
+        collect(
+            gym.make("orsd_gym/GuessNumber-v0", high=20),
+            policy,
+            [TaskSpec(0, 3), TaskSpec(1, 4)],
+            group_size=3,
+            num_envs=slots,
+            sampling=SamplingParams(max_new_tokens=10, temperature=1.0),
+            options=RolloutOptions(max_turns=3, action_format="last_line"),
+            seed=7,
+        )
+        for slots in (6, 1)
+    ]
+    pairs = [(a, b) for a, b in zip(*runs) if a.token_ids == b.token_ids]
+    assert len(pairs) >= 3
+    sampler_gap = max(abs(x - y) for a, b in pairs for x, y in zip(a.logprobs, b.logprobs))
+    assert 1e-3 < sampler_gap < 0.5
+    old_a, _ = old_logprobs(policy, [a for a, _ in pairs], 1.0)
+    old_b, _ = old_logprobs(policy, [b for _, b in reversed(pairs)], 1.0)
+    assert max(float((x - y).abs().max()) for x, y in zip(old_a, reversed(old_b))) < 1e-5
+
+
+def test_a_bf16_sampling_run_is_repeated_exactly_on_one_machine(tmp_path):
+    records = []
+    for name in ("a", "b"):
+        out = tmp_path / name
+        config = load_config(None, [*VOWEL_RUN, "model.inference_dtype=bfloat16", f"train.output_dir={out}"])
+        Trainer(config).run()
+        records.append(
+            [{k: v for k, v in r.items() if not k.startswith("time/")} for r in read_metrics(out / "metrics.jsonl")]
+        )
+    assert records[0] == records[1]
