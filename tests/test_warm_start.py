@@ -9,6 +9,7 @@ pytest.importorskip("textworld")
 from orsd_gym.policies.models import load_policy  # noqa: E402
 from orsd_gym.train.config import load_config  # noqa: E402
 from orsd_gym.train.plan import build_task_plan  # noqa: E402
+from orsd_gym.train.teacher import RubricContext  # noqa: E402
 from orsd_gym.train.warm_start import clone, collect_demonstrations, ensure_warm_start  # noqa: E402
 
 EASY_ALFWORLD = [
@@ -65,3 +66,17 @@ def test_warm_start_is_cached_and_reused(tmp_path, setup):
     assert ensure_warm_start(config, plan, second, path) is None  # loaded, not cloned again
     a, b = first.state_dict(), second.state_dict()
     assert all((a[k] == b[k]).all() for k in a)
+
+
+def test_a_rubric_share_of_the_demonstrations_carries_the_expert_rubric(setup):
+    _, _, policy, plain = setup
+    config = load_config(None, [*EASY_ALFWORLD, "warm_start.rubric_share=0.67", "warm_start.rubric_placement=user"])
+    demos = collect_demonstrations(config, build_task_plan(config), policy)
+    marked = [d for d in demos if d.extra.get("privileged_prompt")]
+    assert len(marked) == 2 and all(d.success for d in demos)
+    for demo in marked:
+        user = next(m["content"] for m in demo.prompt_messages if m["role"] == "user")
+        rubric = RubricContext().expert_rubric(demo.infos[0])  # the env's plan at reset, restated
+        assert rubric and all(criterion in user for criterion in rubric)
+    # The same tasks and the same expert actions; only the context of the marked ones differs.
+    assert [(d.task_id, d.actions) for d in demos] == [(d.task_id, d.actions) for d in plain]

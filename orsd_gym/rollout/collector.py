@@ -27,6 +27,7 @@ returned, never dropped.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -45,6 +46,11 @@ from orsd_gym.rollout.trajectory import Trajectory
 
 #: Env slots played side by side when ``num_envs`` is not given (at most one per episode).
 DEFAULT_NUM_ENVS = 16
+
+#: Rewrites an episode's prompt messages before they are rendered: called with the messages, the
+#: episode's reset info and its ``group_id``; returns the messages to use (e.g. with a rubric
+#: inserted, `orsd_gym.train.teacher`). Applied to every sample's prompt in the per-step layout.
+PromptEdit = Callable[[list[dict[str, str]], dict[str, Any], int], list[dict[str, str]]]
 
 #: Where `collect` makes the envs of an env id: in this process, or in Ray actors
 #: (`orsd_gym.rollout.ray_envs`).
@@ -145,6 +151,7 @@ def collect(
     progress: bool = False,
     env_backend: EnvBackend = "local",
     first_group: int = 0,
+    edit_prompt: PromptEdit | None = None,
 ) -> list[Trajectory]:
     """Roll out ``group_size`` episodes per task; see the module docstring.
 
@@ -162,6 +169,9 @@ def collect(
     each model turn is the teacher's action for the latest info, tokenised and closed with the
     end-of-turn token, in exactly the layout a sampled turn would have (demonstrations for
     behaviour cloning; their log-probs are 0).
+
+    ``edit_prompt`` (a `PromptEdit`) changes what the policy is shown, e.g. a rubric in its
+    context; episodes whose prompt it changed say so in ``extra["privileged_prompt"]``.
     """
     if group_size < 1:
         raise ValueError(f"group_size must be >= 1, got {group_size}")
@@ -179,7 +189,7 @@ def collect(
     slots = _slots(env, min(num_envs or DEFAULT_NUM_ENVS, len(episodes)), env_kwargs, env_backend)
     bar = _Progress(len(episodes), enabled=progress)
     try:
-        rollout = _Rollout(slots, policy, sampling or SamplingParams(), options, env_prompt, teacher, seed)
+        rollout = _Rollout(slots, policy, sampling or SamplingParams(), options, env_prompt, teacher, seed, edit_prompt)
         pending = list(episodes)
         while pending or rollout.active:
             rollout.admit(pending)
@@ -220,8 +230,10 @@ class _Rollout:
         env_prompt: prompts.EnvPrompt | None,
         teacher: Callable[[dict[str, Any]], str] | None,
         seed: int,
+        edit_prompt: PromptEdit | None = None,
     ) -> None:
         self.slots = slots
+        self.edit_prompt = edit_prompt
         self.policy = policy
         self.sampling = sampling
         self.options = options
@@ -260,16 +272,19 @@ class _Rollout:
         episode.observations.append(observation)
         episode.infos.append(json_safe(info))
         first = prompts.first_message(self.prompt, observation, info)
+        edit = None
+        if self.edit_prompt is not None:
+            edit = functools.partial(_edited, self.edit_prompt, info=episode.infos[0], group_id=episode.group_id)
         if self.options.layout == "sequence":
             messages = [{"role": "system", "content": self.system}, {"role": "user", "content": first}]
-            episode.builder = SequenceEpisode(self.policy.chat, messages)
+            episode.builder = SequenceEpisode(self.policy.chat, messages, edit)
         else:
 
             def render(recent, obs, inf, task=episode.task):
                 return prompts.per_step_message(self.prompt, task, recent, obs, inf)
 
             episode.builder = PerStepEpisode(
-                self.policy.chat, self.system, first, render, self.options.history, observation
+                self.policy.chat, self.system, first, render, self.options.history, observation, edit
             )
         if self.options.kv_cache:
             episode.session = self.policy.new_session()
@@ -362,6 +377,12 @@ class _Rollout:
             episode.builder.add_observation(message, action=episode.actions[-1], observation=observation, info=info)
 
 
+def _edited(
+    edit: PromptEdit, messages: list[dict[str, str]], *, info: dict[str, Any], group_id: int
+) -> list[dict[str, str]]:
+    return edit([dict(m) for m in messages], info, group_id)
+
+
 def _to_trajectories(episode: _Episode, slots: SlotPool, layout: str) -> list[Trajectory]:
     out = []
     env_id = slots.env_id or ""
@@ -374,6 +395,8 @@ def _to_trajectories(episode: _Episode, slots: SlotPool, layout: str) -> list[Tr
         }
         if slots.remote:
             extra["env_replays"] = episode.env_replays
+        if episode.builder.edited:
+            extra["privileged_prompt"] = True
         out.append(
             Trajectory(
                 token_ids=list(sample.token_ids),

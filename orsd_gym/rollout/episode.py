@@ -26,6 +26,9 @@ from orsd_gym.policies.base import Completion
 from orsd_gym.policies.chat import ChatRenderer
 from orsd_gym.rollout.trajectory import TurnSpan
 
+#: Rewrites a sample's prompt messages before they are rendered (see `collect`'s ``edit_prompt``).
+MessageEdit = Callable[[list[dict[str, str]]], list[dict[str, str]]]
+
 
 @dataclass
 class Sample:
@@ -58,8 +61,14 @@ class SequenceEpisode:
 
     layout = "sequence"
 
-    def __init__(self, chat: ChatRenderer, prompt_messages: list[dict[str, str]]) -> None:
+    def __init__(
+        self, chat: ChatRenderer, prompt_messages: list[dict[str, str]], edit: MessageEdit | None = None
+    ) -> None:
         self.chat = chat
+        shown = edit(prompt_messages) if edit is not None else prompt_messages
+        #: Whether ``edit`` changed the prompt (what the policy saw is not what the env presents).
+        self.edited = shown != prompt_messages
+        prompt_messages = shown
         self.sample = Sample(prompt_messages=[dict(m) for m in prompt_messages])
         self.sample.append("prompt", chat.prompt_tokens(prompt_messages))
         self._last: Completion | None = None
@@ -101,6 +110,7 @@ class PerStepEpisode:
         render_step: Callable[[list[tuple[str, str]], str, dict[str, Any]], str],
         history: int,
         first_observation: str,
+        edit: MessageEdit | None = None,
     ) -> None:
         if history < 0:
             raise ValueError(f"history must be >= 0, got {history}")
@@ -108,6 +118,8 @@ class PerStepEpisode:
         self.system = system
         self.history = history
         self.render_step = render_step
+        self.edit = edit
+        self.edited = False
         #: (observation shown, action taken) for every step so far.
         self._steps: list[tuple[str, str]] = []
         self._shown = first_observation
@@ -116,6 +128,10 @@ class PerStepEpisode:
 
     def _new_sample(self, user: str) -> Sample:
         messages = [{"role": "system", "content": self.system}, {"role": "user", "content": user}]
+        if self.edit is not None:
+            shown = self.edit(messages)
+            self.edited = self.edited or shown != messages
+            messages = shown
         sample = Sample(prompt_messages=messages)
         sample.append("prompt", self.chat.prompt_tokens(messages))
         return sample

@@ -226,11 +226,31 @@ class EvalConfig:
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     temperature: float = 0.0
     group_size: int = 1
+    #: The teacher test (`orsd_gym.train.teacher`): after each evaluation, the held-out tasks
+    #: played again with each task's own rubric in context and with another task's. "expert":
+    #: the env's expert plan restated (the eval side's env needs ``expert``, e.g.
+    #: ``eval.env_kwargs.expert=reset``); "file": ``teacher_rubric_file`` (task key or "*" ->
+    #: criteria, as ORSD's rubric_file).
+    teacher_test: Literal["off", "expert", "file"] = "off"
+    teacher_rubric_file: str | None = None
+    #: Where the rubric goes and how many criteria an expert rubric keeps (None: as the
+    #: algorithm's replay does, ORSD's rubric_placement and max_criteria; else system and 4).
+    teacher_placement: Literal["system", "user"] | None = None
+    teacher_max_criteria: int | None = None
+    #: Extra episodes per training group the algorithm gave a rubric, played with that rubric
+    #: in context and paired with the group's own attempts (0: off; measured, never trained on).
+    teacher_episodes: int = 0
 
     def __post_init__(self) -> None:
         if self.every < 0 or self.num_tasks < 0:
             raise ValueError(f"every and num_tasks must be >= 0, got {self.every}, {self.num_tasks}")
         _require_at_least_one(self, "group_size")
+        if (self.teacher_test == "file") != (self.teacher_rubric_file is not None):
+            raise ValueError("teacher_rubric_file is needed by teacher_test='file' and used by it only")
+        if self.teacher_episodes < 0:
+            raise ValueError(f"teacher_episodes must be >= 0, got {self.teacher_episodes}")
+        if self.teacher_max_criteria is not None and self.teacher_max_criteria < 1:
+            raise ValueError(f"teacher_max_criteria must be >= 1, got {self.teacher_max_criteria}")
 
 
 @dataclass
@@ -244,6 +264,15 @@ class WarmStartConfig:
     batch_size: int = 4
     #: Extra env arguments that make the env report its expert's plan (ALFWorld: {expert: true}).
     env_kwargs: dict[str, Any] = field(default_factory=lambda: {"expert": True})
+    #: Share of the demonstrations played with their task's expert rubric in context (the env's
+    #: plan restated, as ORSD's positive control writes it), so the policy learns that a rubric
+    #: in context says what to do: instruction tuning for rubrics. Every arm of a comparison
+    #: gets the same warm start, so it changes the starting policy, not the comparison.
+    rubric_share: float = 0.0
+    #: Where those demonstrations carry the rubric (as ORSD's replay's rubric_placement) and
+    #: how many criteria it keeps (as ORSD's max_criteria).
+    rubric_placement: Literal["system", "user"] = "system"
+    rubric_max_criteria: int = 4
     #: Where the cloned weights are cached (None: ``<output_dir>/warm_start.safetensors``).
     #: Runs that share it (a comparison's algorithms with one seed) clone once and start alike.
     path: str | None = None
@@ -251,6 +280,9 @@ class WarmStartConfig:
     def __post_init__(self) -> None:
         if self.episodes < 0 or self.epochs < 1 or self.batch_size < 1 or self.lr <= 0:
             raise ValueError("warm_start needs episodes >= 0, epochs >= 1, batch_size >= 1 and lr > 0")
+        if not 0.0 <= self.rubric_share <= 1.0:
+            raise ValueError(f"rubric_share is a fraction of the demonstrations, in [0, 1], got {self.rubric_share}")
+        _require_at_least_one(self, "rubric_max_criteria")
 
 
 @dataclass

@@ -8,7 +8,7 @@ import torch
 
 from orsd_gym.policies.base import Policy
 from orsd_gym.policies.models import load_policy
-from orsd_gym.rollout.collector import collect
+from orsd_gym.rollout.collector import PromptEdit, collect
 from orsd_gym.rollout.stats import rollout_stats
 from orsd_gym.rollout.trajectory import Trajectory
 from orsd_gym.train.checkpoint import Checkpoint
@@ -20,11 +20,18 @@ from orsd_gym.train.workers import SINGLE, Workers
 
 
 def evaluate(
-    policy: Policy, envs, plan: TaskPlan, config: Config, seed: int, workers: Workers = SINGLE
+    policy: Policy,
+    envs,
+    plan: TaskPlan,
+    config: Config,
+    seed: int,
+    workers: Workers = SINGLE,
+    edit_prompt: PromptEdit | None = None,
 ) -> tuple[list[Trajectory], dict[str, float]]:
     """Play the plan's evaluation tasks (``eval.group_size`` attempts each, ``eval.temperature``);
     returns the trajectories and per-episode ``eval/*`` metrics. Data-parallel workers each
-    play their share of the tasks; worker 0 returns every worker's, the others nothing."""
+    play their share of the tasks; worker 0 returns every worker's, the others nothing.
+    ``edit_prompt`` changes what the policy is shown (the teacher test's rubrics)."""
     started = time.perf_counter()
     mine = workers.share(len(plan.eval))
     with torch.no_grad():
@@ -37,6 +44,7 @@ def evaluate(
             options=config.rollout,
             seed=seed,
             first_group=mine.start,
+            edit_prompt=edit_prompt,
         )
     everyone = workers.gather(trajectories)
     if everyone is None:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-#: The streams (``TASKS`` draws the iteration's training tasks, see `orsd_gym.train.plan`).
-TASKS, ROLLOUT, ALGO, EVAL, UPDATE = 0, 1, 2, 3, 4
+#: The streams (``TASKS`` draws the iteration's training tasks, see `orsd_gym.train.plan`;
+#: ``TEACHER`` the teacher test's, `orsd_gym.train.teacher`).
+TASKS, ROLLOUT, ALGO, EVAL, UPDATE, TEACHER = 0, 1, 2, 3, 4, 5
 
 
 def iteration_seed(base_seed: int, iteration: int, stream: int) -> int:

@@ -34,7 +34,7 @@ from orsd_gym.allocator import return_freed_memory, trim_heap
 from orsd_gym.errors import ConfigError
 from orsd_gym.policies.models import load_policy
 from orsd_gym.profiling import phase
-from orsd_gym.rollout.collector import collect
+from orsd_gym.rollout.collector import TaskSpec, collect
 from orsd_gym.rollout.stats import rollout_stats
 from orsd_gym.rollout.trajectory import save_jsonl
 from orsd_gym.train.checkpoint import (
@@ -50,7 +50,8 @@ from orsd_gym.train.evaluate import evaluate
 from orsd_gym.train.metrics import MetricsWriter, combine_worker_metrics
 from orsd_gym.train.plan import build_task_plan
 from orsd_gym.train.rundir import Claim, claim_run_directory, record_changes
-from orsd_gym.train.seeds import ALGO, EVAL, ROLLOUT, iteration_rng, iteration_seed
+from orsd_gym.train.seeds import ALGO, EVAL, ROLLOUT, TEACHER, iteration_rng, iteration_seed
+from orsd_gym.train.teacher import rubric_context, teacher_test, training_teacher_metrics, training_teacher_pairs
 from orsd_gym.train.update import (
     activation_budget,
     apply_optim_settings,
@@ -371,6 +372,9 @@ class Trainer:
             metrics = combine_worker_metrics([(part.metrics, n) for part, n in parts], self.algorithm.summed_metrics)
             record.update(_namespaced(metrics, "algo"))
             self._write_audit(iteration + 1, batches)
+        if cfg.eval.teacher_episodes > 0:
+            view.phase(f"teacher {iteration + 1}")
+            record.update(self._training_teacher(batch, iteration))
 
         view.phase(f"update {iteration + 1}")
         with phase("update") as timer:
@@ -395,16 +399,63 @@ class Trainer:
         """Evaluate (each worker its share of the tasks); worker 0 records and returns the result."""
         seed = iteration_seed(self.config.train.seed, iteration, EVAL)
         with phase("eval"):
-            _, result = evaluate(self.policy, self.eval_envs, self.plan, self.config, seed, self.workers)
+            baseline, result = evaluate(self.policy, self.eval_envs, self.plan, self.config, seed, self.workers)
+        teacher: dict[str, Any] = {}
+        if self.config.eval.teacher_test != "off":
+            with phase("teacher"):
+                found, teacher = self._teacher_test(baseline, seed, iteration)
+            result.update(found)
         self._release_freed_memory()
         if not self.workers.is_main:
             return result
         record = {"iteration": iteration, "env_steps": self.env_steps, **result}
-        with open(self.output_dir / "eval.jsonl", "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(record) + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
+        _append_line(self.output_dir / "eval.jsonl", record)
+        if teacher:
+            _append_line(self.output_dir / "teacher.jsonl", {"iteration": iteration, **teacher})
         return result
+
+    def _teacher_test(self, baseline, seed: int, iteration: int) -> tuple[dict[str, float], dict[str, Any]]:
+        """The held-out tasks replayed with their own and other tasks' rubrics (`orsd_gym.train.teacher`)."""
+        test = self.config.eval
+
+        def play(edit):
+            return evaluate(self.policy, self.eval_envs, self.plan, self.config, seed, self.workers, edit)[0]
+
+        return teacher_test(
+            play,
+            baseline,
+            rubric_context(test, self.algo_config),
+            test.teacher_test,
+            seed=iteration_seed(self.config.train.seed, iteration, TEACHER),
+            rubric_file=test.teacher_rubric_file,
+            broadcast=lambda value: self.workers.all_gather(value)[0],
+        )
+
+    def _training_teacher(self, batch: PreparedBatch, iteration: int) -> dict[str, float]:
+        """Extra episodes of each shaped group's task with its rubric in context, paired with the
+        group's own attempts (each worker its own groups; worker 0 gets the metrics)."""
+        cfg = self.config
+        seed = iteration_seed(cfg.train.seed, iteration, TEACHER)
+
+        def play(firsts, edit):
+            with torch.no_grad():
+                return collect(
+                    self.envs,
+                    self.policy,
+                    [TaskSpec(t.seed, t.task_id if t.task_id >= 0 else None) for t in firsts],
+                    group_size=cfg.eval.teacher_episodes,
+                    sampling=cfg.rollout.sampling(cfg.rollout.temperature, seed),
+                    options=cfg.rollout,
+                    seed=seed,
+                    edit_prompt=edit,
+                )
+
+        with phase("teacher"):
+            pairs = training_teacher_pairs(
+                play, batch.trajectories, batch.audit, rubric_context(cfg.eval, self.algo_config)
+            )
+        everyone = self.workers.gather(pairs)
+        return training_teacher_metrics([p for part in everyone for p in part]) if everyone is not None else {}
 
     def _release_freed_memory(self) -> None:
         """Hand the heap's free pages back between phases (`orsd_gym.allocator.trim_heap`)."""
@@ -424,6 +475,14 @@ class Trainer:
         (directory / "token_extras.json").write_text(json.dumps(extras))
         groups = [record for batch in batches for record in batch.audit]
         (directory / "groups.json").write_text(json.dumps(groups, indent=1, default=str))
+
+
+def _append_line(path: Path, record: dict[str, Any]) -> None:
+    """One JSON line, on disk before the run goes on (a resumed run reads what it wrote)."""
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(record) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
 
 
 def _namespaced(metrics: dict[str, float], namespace: str) -> dict[str, float]:

@@ -6,6 +6,12 @@ imitates the env's expert (ALFWorld's planner, ``info["expert_actions"]``) on tr
 Demonstrations are played through the same collector, prompts and masking as rollouts, so the
 cloned tokens are exactly where the policy's own actions will later be; the loss is the mean
 negative log-likelihood of those tokens.
+
+A model that was never taught to follow guidance in its context cannot be helped by a rubric
+there (ORSD's teacher would play no better than its student). ``warm_start.rubric_share``
+teaches it: that share of the demonstrations shows the task's expert rubric in context (where
+ORSD's replay puts it), the rest none, so the cloned policy learns that a rubric tells it what
+to do. The teacher test (`orsd_gym.train.teacher`) measures whether it did.
 """
 
 from __future__ import annotations
@@ -24,12 +30,20 @@ from orsd_gym.rollout.trajectory import Trajectory
 from orsd_gym.train.config import Config
 from orsd_gym.train.envs import close_envs, make_envs
 from orsd_gym.train.plan import TaskPlan, merge_kwargs
+from orsd_gym.train.teacher import RubricContext
 
 
 def collect_demonstrations(config: Config, plan: TaskPlan, policy: Policy) -> list[Trajectory]:
     """Expert episodes on the plan's warm-start tasks (training tasks only), laid out exactly
-    like the policy's rollouts."""
-    envs = make_envs(config.env, merge_kwargs(plan.train_kwargs, config.warm_start.env_kwargs), count=1)
+    like the policy's rollouts; ``warm_start.rubric_share`` of them (a seeded draw) with their
+    task's expert rubric in context."""
+    ws = config.warm_start
+    envs = make_envs(config.env, merge_kwargs(plan.train_kwargs, ws.env_kwargs), count=1)
+    count = len(plan.warm_start)
+    rng = np.random.default_rng(np.random.SeedSequence([config.train.seed, 0xBC, 2]))
+    with_rubric = {int(i) for i in rng.permutation(count)[: round(ws.rubric_share * count)]}
+    context = RubricContext(placement=ws.rubric_placement, max_criteria=ws.rubric_max_criteria)
+    edit = context.edit(lambda info, group: context.expert_rubric(info) if group in with_rubric else None)
     try:
         return collect(
             envs,
@@ -38,6 +52,7 @@ def collect_demonstrations(config: Config, plan: TaskPlan, policy: Policy) -> li
             group_size=1,
             options=config.rollout,
             teacher=expert_teacher,
+            edit_prompt=edit if with_rubric else None,
         )
     finally:
         close_envs(envs)
@@ -66,6 +81,7 @@ def clone(policy: Policy, demonstrations: list[Trajectory], config: Config) -> d
         "warm_start/expert_success": len(demos) / len(demonstrations),
         "warm_start/first_epoch_nll": losses[0],
         "warm_start/last_epoch_nll": losses[-1],
+        "warm_start/demos_with_rubric": float(sum(1 for d in demos if d.extra.get("privileged_prompt"))),
     }
 
 

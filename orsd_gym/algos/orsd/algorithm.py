@@ -271,7 +271,7 @@ class ORSD(GRPO):
                 # An attempt is shown by its last sample (per-step samples repeat the whole episode).
                 attempts=[episode[-1] for episode in episodes],
                 task=trajs[episodes[0][0]].task,
-                task_key=_task_key(trajs[episodes[0][0]]),
+                task_key=task_key(trajs[episodes[0][0]]),
                 rewards=[batch.rewards[episode[0]] for episode in episodes],
                 bundles=[],
                 source=self.config.rubric_source,
@@ -616,7 +616,7 @@ class ORSD(GRPO):
         return scales
 
 
-def _task_key(trajectory: Trajectory) -> str:
+def task_key(trajectory: Trajectory) -> str:
     """The task's key as the env names it (`TextEnv.task_key`, in the reset info), the same key a
     run's task plan and a rubric file use."""
     return str(trajectory.infos[0].get("task_key") or f"{trajectory.env_id}#{trajectory.task_id}")

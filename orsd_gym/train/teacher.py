@@ -1,0 +1,223 @@
+"""The teacher test: does the policy act better with a rubric in its context than without it?
+
+ORSD distils the policy *with* a rubric in its context (the teacher) into the same policy
+without it (the student): the correction is the log-likelihood gap between the two. That can
+only improve behaviour where the teacher plays better than the student, so every run can
+measure it directly:
+
+* **held out** (``eval.teacher_test``: ``expert`` or ``file``): after each evaluation the same
+  held-out tasks are played again, with the same seeds and decoding, once with each task's own
+  rubric in context (``expert``: the env's expert plan at reset restated as criteria, the
+  positive control's rubric; ``file``: a person's rubric file) and once with another held-out
+  task's rubric (the shuffled control). ``teacher/gain`` is success with the own rubric minus
+  without, paired by task; ``teacher/gain_vs_other`` the own rubric minus another task's. Where
+  the own rubric beats both, the policy reads rubrics; this is the gate a study needs before it
+  can ask whether ORSD moves behaviour.
+* **training** (``eval.teacher_episodes`` > 0): for every training group the algorithm gave a
+  rubric (ORSD's selected, policy-written one), that many extra episodes of the group's task
+  with the rubric in context, sampled as the rollout samples, paired with the group's own
+  attempts: ``teacher/train_gain``.
+
+The rubric sits where ORSD's replay puts it (``rubric_placement``, ``rubric_template``) unless
+the eval config says otherwise. Teacher episodes are measured, never trained on, and draw
+their sampling seeds from a stream of their own, so switching the test on changes no training
+number.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from orsd_gym.algos.orsd.algorithm import task_key
+from orsd_gym.algos.orsd.expert_rubric import expert_bundle
+from orsd_gym.algos.orsd.replay import DEFAULT_RUBRIC_TEMPLATE, insert_rubric
+from orsd_gym.algos.orsd.rubrics import format_rubric
+from orsd_gym.algos.orsd.sources import file_bundles, load_rubric_file
+from orsd_gym.envs.base import EXPERT_ACTIONS
+from orsd_gym.errors import ConfigError
+from orsd_gym.rollout.collector import PromptEdit
+from orsd_gym.rollout.stats import episodes_of
+from orsd_gym.rollout.trajectory import Trajectory
+from orsd_gym.train.report import mean_ci
+
+#: Criteria of an expert rubric when neither the eval config nor the algorithm says.
+DEFAULT_MAX_CRITERIA = 4
+
+
+@dataclass(frozen=True)
+class RubricContext:
+    """How a rubric is put into the policy's context (as ORSD's replay puts it)."""
+
+    placement: str = "system"
+    template: str = DEFAULT_RUBRIC_TEMPLATE
+    max_criteria: int = DEFAULT_MAX_CRITERIA
+
+    def insert(self, messages: list[dict[str, str]], bundle: Sequence[str] | None) -> list[dict[str, str]]:
+        """``messages`` with the bundle's criteria in them (unchanged without criteria)."""
+        if not bundle:
+            return messages
+        return insert_rubric(messages, format_rubric(list(bundle)), placement=self.placement, template=self.template)  # type: ignore[arg-type]
+
+    def edit(self, rubric_of: Callable[[Mapping[str, Any], int], Sequence[str] | None]) -> PromptEdit:
+        """A `PromptEdit` inserting ``rubric_of(reset_info, group_id)`` into every prompt."""
+
+        def edit(messages: list[dict[str, str]], info: dict[str, Any], group_id: int) -> list[dict[str, str]]:
+            return self.insert(messages, rubric_of(info, group_id))
+
+        return edit
+
+    def expert_rubric(self, info: Mapping[str, Any]) -> list[str]:
+        """The expert plan in a reset info restated as criteria (none without a plan)."""
+        return expert_bundle(str(info.get("task", "")), info.get(EXPERT_ACTIONS) or [], self.max_criteria)
+
+
+def rubric_context(eval_config: Any, algo_settings: Any) -> RubricContext:
+    """The context of ``eval_config``'s teacher test: its own placement and criteria count where
+    set, else the algorithm's replay's (ORSD's ``rubric_placement``, ``rubric_template``,
+    ``max_criteria``), else the defaults."""
+    placement = eval_config.teacher_placement or getattr(algo_settings, "rubric_placement", "system")
+    if placement not in ("system", "user"):
+        raise ConfigError(
+            f"the teacher test puts the rubric in the 'system' or 'user' message, not {placement!r}: "
+            "set eval.teacher_placement"
+        )
+    return RubricContext(
+        placement=placement,
+        template=getattr(algo_settings, "rubric_template", DEFAULT_RUBRIC_TEMPLATE),
+        max_criteria=eval_config.teacher_max_criteria or getattr(algo_settings, "max_criteria", DEFAULT_MAX_CRITERIA),
+    )
+
+
+def held_out_rubrics(
+    trajectories: Sequence[Trajectory], source: str, context: RubricContext, rubric_file: str | None = None
+) -> dict[str, list[str]]:
+    """Task key -> that task's own rubric, for the tasks ``trajectories`` played (those with one)."""
+    table = load_rubric_file(rubric_file) if source == "file" and rubric_file else {}
+    rubrics: dict[str, list[str]] = {}
+    for trajectory in episodes_of(trajectories):
+        key = task_key(trajectory)
+        if source == "expert":
+            bundle = context.expert_rubric(trajectory.infos[0])
+        elif source == "file":
+            found = file_bundles(table, key)
+            bundle = found[0] if found else []
+        else:
+            raise ValueError(f"teacher test source must be 'expert' or 'file', got {source!r}")
+        if bundle:
+            rubrics[key] = bundle
+    return rubrics
+
+
+def other_tasks_rubrics(rubrics: Mapping[str, Sequence[str]], seed: int) -> dict[str, list[str]]:
+    """Each task gets the rubric of another task: the keys in a seeded random order, each
+    taking its successor's rubric (a derangement; empty with fewer than two tasks)."""
+    keys = sorted(rubrics)
+    if len(keys) < 2:
+        return {}
+    order = [keys[i] for i in np.random.default_rng(seed).permutation(len(keys))]
+    return {key: list(rubrics[order[(n + 1) % len(order)]]) for n, key in enumerate(order)}
+
+
+def success_by_task(trajectories: Sequence[Trajectory]) -> dict[str, float]:
+    """Task key -> success rate over its episodes (one per episode, whatever the layout)."""
+    wins: dict[str, list[float]] = {}
+    for trajectory in episodes_of(trajectories):
+        wins.setdefault(task_key(trajectory), []).append(float(trajectory.success))
+    return {key: float(np.mean(values)) for key, values in wins.items()}
+
+
+def paired_gain(with_rubric: Mapping[str, float], without: Mapping[str, float], keys: Sequence[str]) -> dict:
+    """Mean of ``with - without`` over ``keys`` with its 95% t interval (paired by task)."""
+    diffs = [with_rubric[k] - without[k] for k in keys if k in with_rubric and k in without]
+    estimate = mean_ci(diffs, (-1.0, 1.0))
+    return {"mean": estimate.mean, "low": estimate.low, "high": estimate.high, "n": estimate.n}
+
+
+def teacher_test(
+    play: Callable[[PromptEdit], list[Trajectory]],
+    baseline: Sequence[Trajectory],
+    context: RubricContext,
+    source: str,
+    *,
+    seed: int,
+    rubric_file: str | None = None,
+    broadcast: Callable[[Any], Any] = lambda value: value,
+) -> tuple[dict[str, float], dict[str, Any]]:
+    """Play the held-out tasks of ``baseline`` (the evaluation just made) with their own and
+    with other tasks' rubrics; returns ``teacher/*`` metrics and the per-task record.
+
+    ``play(edit)`` replays the evaluation with a prompt edit (in data-parallel runs every
+    worker plays its share and the main one gets all); ``broadcast`` gives every worker the
+    main worker's rubric table (the others hold no baseline)."""
+    own = broadcast(held_out_rubrics(baseline, source, context, rubric_file) if baseline else None)
+    other = other_tasks_rubrics(own, seed)
+    with_own = play(context.edit(lambda info, _group: own.get(str(info.get("task_key")))))
+    with_other = play(context.edit(lambda info, _group: other.get(str(info.get("task_key")))))
+    if not baseline:
+        return {}, {}
+    arms = {"none": success_by_task(baseline), "own": success_by_task(with_own), "other": success_by_task(with_other)}
+    keys = sorted(own)
+    gain, versus = paired_gain(arms["own"], arms["none"], keys), paired_gain(arms["own"], arms["other"], keys)
+    metrics = {
+        "teacher/tasks_with_rubric": float(len(keys)),
+        **{f"teacher/success_{arm}": _mean_over(values, keys) for arm, values in arms.items()},
+        **{f"teacher/gain{suffix}": gain[part] for part, suffix in (("mean", ""), ("low", "_low"), ("high", "_high"))},
+        **{
+            f"teacher/gain_vs_other{suffix}": versus[part]
+            for part, suffix in (("mean", ""), ("low", "_low"), ("high", "_high"))
+        },
+    }
+    record = {"source": source, "placement": context.placement, "rubrics": own, "lent": other, "success": arms}
+    return metrics, record
+
+
+def _mean_over(values: Mapping[str, float], keys: Sequence[str]) -> float:
+    present = [values[k] for k in keys if k in values]
+    return float(np.mean(present)) if present else float("nan")
+
+
+def training_teacher_pairs(
+    play: Callable[[list[Trajectory], PromptEdit], list[Trajectory]],
+    trajectories: Sequence[Trajectory],
+    audit: Sequence[Mapping[str, Any]],
+    context: RubricContext,
+) -> list[dict[str, Any]]:
+    """For each audited group with a selected rubric: its attempts' success and that of extra
+    episodes of its task with the rubric in context. ``play(firsts, edit)`` plays one group per
+    trajectory of ``firsts`` (its task and reset seed), ``edit`` giving group ``n`` rubric ``n``."""
+    shaped = [g for g in audit if g.get("selected_rubric")]
+    if not shaped:
+        return []
+    firsts = [trajectories[g["attempt_indices"][0]] for g in shaped]
+    rubrics = [list(g["selected_rubric"]) for g in shaped]
+    played = play(firsts, context.edit(lambda _info, group: rubrics[group]))
+    pairs = []
+    for n, group in enumerate(shaped):
+        attempts = [trajectories[i] for i in group["attempt_indices"]]
+        extra = [t for t in episodes_of(played) if t.group_id == n]
+        pairs.append(
+            {
+                "task_key": group.get("task_key"),
+                "without": float(np.mean([t.success for t in attempts])),
+                "with": float(np.mean([t.success for t in extra])) if extra else float("nan"),
+            }
+        )
+    return pairs
+
+
+def training_teacher_metrics(pairs: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """``teacher/train_gain`` (with minus without, paired by group) and its interval."""
+    diffs = [p["with"] - p["without"] for p in pairs if not np.isnan(p["with"])]
+    if not diffs:
+        return {}
+    estimate = mean_ci(diffs, (-1.0, 1.0))
+    return {
+        "teacher/train_groups": float(len(diffs)),
+        "teacher/train_gain": estimate.mean,
+        "teacher/train_gain_low": estimate.low,
+        "teacher/train_gain_high": estimate.high,
+    }
