@@ -165,14 +165,19 @@ def test_every_rubric_source_runs_end_to_end(tmp_path):
             "logging.tensorboard=false",
         ],
     )
-    arms = {"orsd": "policy", "orsd:expert": "expert", "orsd:shuffled": "shuffled"}
+    arms = {
+        "orsd": "policy",
+        "orsd:expert": "expert",
+        "orsd:shuffled": "shuffled",
+        "orsd:expert@delta_scale=bounded@correction_bound=0.3": "expert",
+    }
     compare(base, list(arms), [0], tmp_path / "out", live=False)
     with_file = copy.deepcopy(base)
     with_file.algo.per_algo["orsd"]["rubric_file"] = str(rubrics)
     compare(with_file, ["orsd:file"], [0], tmp_path / "out", live=False)
     arms["orsd:file"] = "file"
     for arm, source in arms.items():
-        run = tmp_path / "out" / "runs" / f"{arm.replace(':', '-')}-seed0"
+        run = tmp_path / "out" / "runs" / f"{Arm.parse(arm).slug}-seed0"
         groups = json.loads((run / "audit" / "iter_000001" / "groups.json").read_text())
         assert groups and all(g["rubric_source"] == source for g in groups), arm
         shaped = [g for g in groups if g["selected"] is not None]
@@ -183,6 +188,13 @@ def test_every_rubric_source_runs_end_to_end(tmp_path):
             assert all("credit_alignment" in g for g in shaped)
         if source == "shuffled":
             assert all(g["lent_from"] and g["lent_from"] != g["task_key"] for g in shaped)
+        if "bounded" in arm:
+            extras = json.loads((run / "audit" / "iter_000001" / "token_extras.json").read_text())
+            for shaped_adv, outcome in zip(extras["advantages"], extras["grpo_advantage"], strict=True):
+                shaped_adv, outcome = torch.tensor(shaped_adv), torch.tensor(outcome)
+                assert torch.all((shaped_adv - outcome).abs() <= 0.3 * outcome.abs() + 1e-6)
+            (metrics,) = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+            assert 0.0 <= metrics["orsd/correction_capped_frac"] <= 1.0
         if source == "file":
             assert all(
                 g["bundles"] == [["Writes a word full of vowels"], ["Answers with a single word"]] for g in shaped

@@ -131,6 +131,43 @@ def test_shape_advantages_centering_and_no_gradient():
     assert torch.equal(shape_advantages(adv + 0.5, torch.zeros(4), mask, 1.0, 1.0, center=True), adv + 0.5)
 
 
+def test_bounded_correction_hand_values():
+    adv = torch.tensor([0.0, 1.0, 1.0, -0.5, 0.0, 2.0])
+    delta = torch.tensor([9.0, 0.5, -3.0, 2.0, 7.0, -0.2])
+    mask = torch.tensor([0, 1, 1, 1, 1, 1])
+    out = shape_advantages(adv, delta, mask, beta=1.0, clip=1.0, bound=0.4)
+    # corrections 0.5, -1, 1, 1, -0.2 capped at 0.4|A| = 0.4, 0.4, 0.2, 0, 0.8
+    torch.testing.assert_close(out, torch.tensor([0.0, 1.4, 0.6, -0.3, 0.0, 1.8]))
+    with pytest.raises(ValueError, match="fraction"):
+        shape_advantages(adv, delta, mask, beta=1.0, clip=1.0, bound=1.0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.floats(-5, 5, allow_nan=False),
+            st.floats(-50, 50, allow_nan=False),
+            st.booleans(),
+        ),
+        min_size=1,
+        max_size=20,
+    ),
+    st.floats(0, 100, allow_nan=False),
+    st.floats(0, 0.999),
+    st.booleans(),
+)
+def test_bounded_correction_never_flips_or_outweighs_an_outcome_advantage(tokens, beta, bound, center):
+    adv = torch.tensor([a for a, _, _ in tokens], dtype=torch.float64)
+    delta = torch.tensor([d for _, d, _ in tokens], dtype=torch.float64)
+    mask = torch.tensor([int(m) for _, _, m in tokens])
+    out = shape_advantages(adv, delta, mask, beta=beta, clip=10.0, center=center, scale=3.0, bound=bound)
+    nonzero = adv != 0
+    assert torch.all(torch.sign(out[nonzero]) == torch.sign(adv[nonzero]))
+    assert torch.all((out - adv).abs() <= bound * adv.abs() + 1e-9)
+    assert torch.all(out[~nonzero] == 0)
+
+
 def test_shape_advantages_rejects_bad_input():
     with pytest.raises(ValueError, match="one shape"):
         shape_advantages(torch.zeros(3), torch.zeros(2), torch.zeros(3), 0.1, 1.0)

@@ -111,7 +111,13 @@ class ORSDConfig(GRPOConfig):
     #: is larger: the delta sits on the uncertain tokens, where log-prob gradients are largest
     #: (measured at 135M: beta 0.1 gave about 2x GRPO's gradient norm, 0.5 about 9x, and the
     #: clipped steps followed the correction; keep beta <= 0.05 with "normalized").
-    delta_scale: Literal["raw", "normalized"] = "raw"
+    #: "bounded": "normalized", then each token's correction capped at ``correction_bound`` times
+    #: its outcome advantage (`orsd_gym.algos.orsd.shaping`), so the correction can move credit
+    #: between tokens but never outweigh or reverse the outcome: its gradient share is bounded
+    #: whatever beta. Use it where the outcome signal must lead (any beta large enough to move
+    #: credit at 135M let an unbounded correction swamp GRPO's gradient).
+    delta_scale: Literal["raw", "normalized", "bounded"] = "raw"
+    correction_bound: float = 0.5
     #: Where candidate rubrics come from (`orsd_gym.algos.orsd.sources`): the method ("policy") or
     #: a control ("expert", "shuffled") or a person's file ("file", with ``rubric_file``).
     rubric_source: RubricSource = "policy"
@@ -135,6 +141,8 @@ class ORSDConfig(GRPOConfig):
             raise ValueError(f"proposal_temperature must be >= 0, got {self.proposal_temperature}")
         if self.beta < 0 or self.delta_clip <= 0:
             raise ValueError(f"need beta >= 0 and delta_clip > 0, got {self.beta}, {self.delta_clip}")
+        if not 0.0 <= self.correction_bound < 1.0:
+            raise ValueError(f"correction_bound is a fraction of |advantage| in [0, 1), got {self.correction_bound}")
         if not -1.0 <= self.min_corr <= 1.0:
             raise ValueError(f"min_corr is a correlation threshold in [-1, 1], got {self.min_corr}")
         if (self.rubric_source == "file") != (self.rubric_file is not None):
@@ -245,6 +253,7 @@ class ORSD(GRPO):
                         cfg.delta_clip,
                         center=cfg.center_delta,
                         scale=scales.get(i, 1.0),
+                        bound=cfg.correction_bound if cfg.delta_scale == "bounded" else None,
                     )
                     corrections.append(shaped - batch.advantages[i])
                     batch.advantages[i] = shaped
@@ -255,6 +264,8 @@ class ORSD(GRPO):
         batch.token_extras["orsd_correction"] = corrections
         batch.audit = [self._audit(g, deltas, trajs, iteration) for g in groups]
         batch.metrics.update(self._metrics(groups, active, deltas, trajs))
+        if cfg.delta_scale == "bounded":
+            batch.metrics["orsd/correction_capped_frac"] = _capped_frac(batch, deltas, corrections, cfg)
         batch.metrics.update(times)
         return batch
 
@@ -603,7 +614,7 @@ class ORSD(GRPO):
         self, groups: list[_GroupWork], deltas: list[torch.Tensor], trajs: list[Trajectory], batch: PreparedBatch
     ) -> dict[int, float]:
         """Trajectory index -> the ``normalized`` delta scale of its group (empty when ``raw``)."""
-        if self.config.delta_scale == "raw":
+        if self.config.delta_scale == "raw":  # "bounded" caps the normalized correction
             return {}
         scales = {}
         for group in groups:
@@ -632,6 +643,19 @@ def _complete_lines(completion: Completion) -> str:
     if completion.finish_reason == "length" and "\n" in completion.text:
         return completion.text.rsplit("\n", 1)[0]
     return completion.text
+
+
+def _capped_frac(
+    batch: PreparedBatch, deltas: list[torch.Tensor], corrections: list[torch.Tensor], cfg: ORSDConfig
+) -> float:
+    """Share of the corrected tokens (non-zero delta) whose correction the bound capped."""
+    capped = total = 0
+    for i, correction in enumerate(corrections):
+        outcome = batch.token_extras["grpo_advantage"][i]
+        touched = deltas[i] != 0
+        capped += int((touched & (correction.abs() >= cfg.correction_bound * outcome.abs() - 1e-12)).sum())
+        total += int(touched.sum())
+    return capped / total if total else 0.0
 
 
 def _masked_deltas(deltas: list[torch.Tensor], trajs: list[Trajectory], indices: Sequence[int]) -> torch.Tensor:

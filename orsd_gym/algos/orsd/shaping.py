@@ -1,4 +1,18 @@
-"""Adding the scaled, clipped privileged log-likelihood ratio to the GRPO advantage."""
+"""Adding the scaled, clipped privileged log-likelihood ratio to the GRPO advantage.
+
+The bounded correction (``bound`` = c in [0, 1)): each token's correction is capped at c times
+that token's outcome advantage, |beta * scale * clip(delta_t)| <= c * |A_t|. Then
+
+* A_t + correction_t has the sign of A_t and a size in [(1 - c)|A_t|, (1 + c)|A_t|]: the
+  correction can shift credit between the tokens of a response, never reverse the outcome's
+  push on a token, and adds nothing where the outcome gives no signal (A_t = 0);
+* in the policy-gradient loss the correction's term on a token is at most c times the
+  outcome's term on the same token, so its gradient is bounded by c times the outcome's summed
+  per-token gradient magnitudes, whatever beta: the outcome sets the direction of the step.
+
+Unbounded (``raw`` / ``normalized``) the correction is free to outgrow the outcome, which at
+135M it did (its gradient 1.3-4.2x GRPO's at beta 0.05 normalised).
+"""
 
 from __future__ import annotations
 
@@ -14,8 +28,11 @@ def shape_advantages(
     *,
     center: bool = False,
     scale: float = 1.0,
+    bound: float | None = None,
 ) -> torch.Tensor:
     """``adv + beta * scale * clip(delta, -clip, clip)`` on mask-1 tokens; mask-0 tokens keep ``adv``.
+
+    ``bound`` (c in [0, 1)) caps each token's correction at ``c * |adv|`` (see the module docstring).
 
     With ``center`` the delta is first mean-centred over the response's mask-1 tokens, so the
     correction only redistributes credit between tokens (its sum is 0 before clipping).
@@ -26,6 +43,8 @@ def shape_advantages(
         raise ValueError(f"adv, delta and mask must have one shape, got {adv.shape}, {delta.shape}, {mask.shape}")
     if beta < 0 or clip <= 0:
         raise ValueError(f"need beta >= 0 and clip > 0, got beta={beta}, clip={clip}")
+    if bound is not None and not 0.0 <= bound < 1.0:
+        raise ValueError(f"the correction bound is a fraction of |advantage| in [0, 1), got {bound}")
     m = mask.to(adv.dtype)
     d = torch.where(m > 0, delta.detach().to(adv.dtype), torch.zeros_like(adv))
     if not torch.isfinite(d).all():
@@ -34,7 +53,11 @@ def shape_advantages(
         count = m.sum()
         if count > 0:
             d = (d - d.sum() / count) * m
-    return adv + beta * scale * torch.clamp(d, -clip, clip) * m
+    correction = beta * scale * torch.clamp(d, -clip, clip) * m
+    if bound is not None:
+        cap = bound * adv.abs()
+        correction = torch.maximum(torch.minimum(correction, cap), -cap)
+    return adv + correction
 
 
 def group_delta_scale(advantages: list[float], clipped_abs_deltas: torch.Tensor) -> float:
