@@ -158,6 +158,7 @@ def test_every_rubric_source_runs_end_to_end(tmp_path):
             "algo.per_algo={orsd: {min_corr: -1.0, num_bundles: 2, proposal_max_new_tokens: 16, "
             "delta_scale: normalized, beta: 0.5}}",
             "train.iterations=1",
+            "optim.gradient_share_every=1",
             "eval.every=0",
             "eval.num_tasks=1",
             "train.threads=1",
@@ -195,6 +196,9 @@ def test_every_rubric_source_runs_end_to_end(tmp_path):
                 assert torch.all((shaped_adv - outcome).abs() <= 0.3 * outcome.abs() + 1e-6)
             (metrics,) = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
             assert 0.0 <= metrics["orsd/correction_capped_frac"] <= 1.0
+            # The update measured both terms of its gradient (the split itself: tests/test_grad_share.py).
+            assert metrics["grad_share/correction_norm"] > 0 and metrics["grad_share/outcome_norm"] > 0
+            assert -1.0 <= metrics["grad_share/cosine"] <= 1.0
         if source == "file":
             assert all(
                 g["bundles"] == [["Writes a word full of vowels"], ["Answers with a single word"]] for g in shaped

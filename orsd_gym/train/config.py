@@ -163,11 +163,17 @@ class OptimConfig:
     max_memory_gb: float | None = None
     scheduler: Literal["constant", "linear", "cosine"] = "constant"
     warmup_steps: int = 0
+    #: Every N iterations, measure the outcome's and ORSD's correction's share of the update's
+    #: gradient on one micro-batch before updating (`orsd_gym.train.grad_share`: two or three
+    #: extra forward-backward passes); 0: never.
+    gradient_share_every: int = 0
 
     def __post_init__(self) -> None:
         if self.lr <= 0:
             raise ValueError(f"lr must be > 0, got {self.lr}")
         _require_at_least_one(self, "epochs", "minibatches", "micro_batch_tokens")
+        if self.gradient_share_every < 0:
+            raise ValueError(f"gradient_share_every must be >= 0, got {self.gradient_share_every}")
         if self.max_memory_gb is not None and self.max_memory_gb <= 0:
             raise ValueError(f"max_memory_gb must be > 0, got {self.max_memory_gb}")
 

@@ -54,6 +54,12 @@ SAFE_CHANGES = frozenset(
         "train.keep_checkpoints",
         "train.threads",
         "eval.every",
+        # Measurements only: they draw from seed streams of their own and train on nothing.
+        "eval.teacher_test",
+        "eval.teacher_rubric_file",
+        "eval.teacher_placement",
+        "eval.teacher_max_criteria",
+        "optim.gradient_share_every",
         "env.num_envs",
         "env.vectorization",
         "env.backend",

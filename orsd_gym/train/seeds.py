@@ -10,8 +10,9 @@ from __future__ import annotations
 import numpy as np
 
 #: The streams (``TASKS`` draws the iteration's training tasks, see `orsd_gym.train.plan`;
-#: ``TEACHER`` the teacher test's, `orsd_gym.train.teacher`).
-TASKS, ROLLOUT, ALGO, EVAL, UPDATE, TEACHER = 0, 1, 2, 3, 4, 5
+#: ``TEACHER`` the teacher test's, `orsd_gym.train.teacher`; ``GRAD_SHARE`` which micro-batch
+#: `orsd_gym.train.grad_share` measures).
+TASKS, ROLLOUT, ALGO, EVAL, UPDATE, TEACHER, GRAD_SHARE = 0, 1, 2, 3, 4, 5, 6
 
 
 def iteration_seed(base_seed: int, iteration: int, stream: int) -> int:

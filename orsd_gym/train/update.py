@@ -28,7 +28,8 @@ from orsd_gym.policies.base import Policy
 from orsd_gym.profiling import phase
 from orsd_gym.rollout.trajectory import Trajectory
 from orsd_gym.train.config import OptimConfig
-from orsd_gym.train.seeds import UPDATE, iteration_rng
+from orsd_gym.train.grad_share import gradient_share, sample_micro_batch
+from orsd_gym.train.seeds import GRAD_SHARE, UPDATE, iteration_rng
 from orsd_gym.train.workers import SINGLE, Workers
 
 
@@ -46,10 +47,20 @@ def update_policy(
 ) -> dict[str, float]:
     """Run the update; returns the loss metrics as means over the sampled tokens of every
     micro-batch, mini-batch and epoch (of every worker; ``tokens``: their total), and the mean
-    grad norm."""
+    grad norm. Every ``optim.gradient_share_every`` iterations, first the outcome's and the
+    correction's share of the gradient on one micro-batch (`orsd_gym.train.grad_share`; this
+    worker's)."""
+    share = {}
+    if optim.gradient_share_every and iteration % optim.gradient_share_every == 0:
+        with phase("grad_share") as timer:
+            rng = iteration_rng(seed, iteration, GRAD_SHARE, *workers.stream())
+            fits = _fits(policy, algorithm, optim)
+            chunks = micro_batches(range(len(batch.trajectories)), batch.trajectories, optim.micro_batch_tokens, fits)
+            share = gradient_share(policy, algorithm, batch, sample_micro_batch(chunks, rng))
+        share["time/grad_share"] = timer.seconds
     policy.set_training(True)
     try:
-        return _optimise(policy, algorithm, batch, optimizer, scheduler, optim, seed, iteration, workers)
+        return _optimise(policy, algorithm, batch, optimizer, scheduler, optim, seed, iteration, workers) | share
     finally:
         policy.set_training(False)
 
@@ -58,8 +69,7 @@ def _optimise(
     policy, algorithm, batch, optimizer, scheduler, optim: OptimConfig, seed: int, iteration: int, workers: Workers
 ):
     n = len(batch.trajectories)
-    budget = activation_budget(policy, algorithm, optim)
-    fits = None if budget is None else lambda rows, length: policy.update_activation_bytes(rows, length) <= budget
+    fits = _fits(policy, algorithm, optim)
     sums: dict[str, float] = {}
     grad_norms = []
     for epoch in range(optim.epochs):
@@ -91,6 +101,12 @@ def _optimise(
     out = {key: value if key == "tokens" else value / max(total, 1.0) for key, value in sums.items()}
     out["grad_norm"] = float(np.mean(grad_norms)) if grad_norms else 0.0
     return out
+
+
+def _fits(policy: Policy, algorithm: Algorithm, optim: OptimConfig) -> Callable[[int, int], bool] | None:
+    """Whether a micro-batch of (rows, longest) fits the memory budget (None: no budget)."""
+    budget = activation_budget(policy, algorithm, optim)
+    return None if budget is None else lambda rows, length: policy.update_activation_bytes(rows, length) <= budget
 
 
 def micro_batches(
