@@ -8,7 +8,10 @@ evaluated greedily on 24 distinct held-out tasks (floor plans no training task u
 ``eval.every`` iterations. The env reports the planner's next action at every step
 (``expert: true``), which the expert and shuffled arms read at reset and which gives every ORSD
 arm its credit alignment. ORSD's correction is normalised per group (``delta_scale:
-normalized``, ``beta`` = its share of a typical advantage).
+normalized``, ``beta`` = its share of a typical advantage). Every run measures ORSD's chain: the
+teacher test on the held-out tasks at each evaluation (the expert's rubric, another task's,
+none) and the outcome's and correction's gradient at each update; the report says which link
+holds. Run it only on a setting that passes `teacher_gate.py`.
 
     python benchmarks/orsd_study.py --seeds 3 --out benchmarks/results/orsd_study [KEY=VALUE overrides]
     python benchmarks/orsd_study.py --arms grpo,orsd:expert@beta=0.1,orsd:shuffled@beta=0.1 ...  # a beta sweep
@@ -40,7 +43,11 @@ STUDY = [
     "env.kwargs.generator={num_tasks: 96, max_receptacles: 2, num_distractors: 1}",
     "env.kwargs.expert=true",
     "env.max_episode_steps=8",
-    "eval.env_kwargs={expert: false}",  # greedy evaluation needs no planner
+    # Evaluation reads the planner's plan at reset only: the teacher test's expert rubrics.
+    "eval.env_kwargs={expert: reset}",
+    "eval.teacher_test=expert",
+    "eval.teacher_max_criteria=3",  # as the ORSD arms' max_criteria
+    "optim.gradient_share_every=1",
     "rollout.max_turns=8",
     "rollout.tasks_per_iteration=4",
     "rollout.group_size=4",

@@ -102,3 +102,27 @@ def test_effect_needs_enough_seeds_before_it_is_called_larger_than_noise(tmp_pat
         _run(a, seed, [0.0, x + seed / 100], tmp_path) for seed in (0, 1, 2) for a, x in (("grpo", 0.2), ("orsd", 0.6))
     ]
     assert "excludes zero: the difference is larger than seed noise" in effect_statement(summarise(three))[0]
+
+
+def test_the_report_says_which_link_of_the_chain_holds(tmp_path):
+    results = []
+    for seed, (gain, alignment, ratio) in enumerate([(0.25, 0.02, 2.0), (0.125, 0.03, 3.0), (0.20, 0.01, 2.5)]):
+        run = _run("orsd", seed, [0.1, 0.2], tmp_path)
+        for record in run.evals:
+            record.update({"teacher/gain": gain, "teacher/gain_vs_other": gain / 2})
+        run.metrics[0].update(
+            {"orsd/credit_alignment": alignment, "grad_share/correction_ratio": ratio, "grad_share/cosine": -0.1}
+        )
+        results.append(run)
+    results.append(_run("grpo", 0, [0.1, 0.2], tmp_path))  # measured nothing: no row
+    summary = summarise(results)
+    assert summary["runs"]["orsd-seed1"]["teacher_gain"] == pytest.approx(0.125)
+    assert summary["runs"]["orsd-seed2"]["correction_ratio"] == pytest.approx(2.5)
+    text = write_report(tmp_path, Config(), results).read_text()
+    assert "| orsd-seed0 | +0.250 | +0.125 | n/a | +0.0200 | 2.00 | -0.10 | n/a |" in text
+    assert "grpo-seed0 |" not in text.split("Does the method's chain hold?")[1].split("\n\n")[1]
+    # teacher gain 0.1917 +- 4.303 * 0.0629 / sqrt 3 = [0.035, 0.348]: above 0
+    assert "beats the student: holds" in text
+    # alignment 0.02 +- 4.303 * 0.01 / sqrt 3 = [-0.005, 0.045]: not above 0
+    assert "(credit alignment): does not hold" in text
+    assert "stays below the outcome's: does not hold" in text

@@ -117,6 +117,7 @@ def summarise(results: list[Any]) -> dict[str, Any]:
                 "zero_adv_group_frac": _mean_metric(r.metrics, "algo/zero_adv_group_frac"),
                 "mixed_group_frac": _mixed_group_frac(r.metrics),
                 "train_success_rate": _mean_metric(r.metrics, "train/success_rate"),
+                **_chain_measures(r),
             }
     paired = {}
     baseline = algos[0]
@@ -156,6 +157,69 @@ def task_summary(results: list[Any]) -> dict[str, Any]:
         "eval_train_overlap": len(eval_keys & trained),
         "warnings": sorted({w for plan in plans for w in plan["summary"]["warnings"]}),
     }
+
+
+#: Per-run measures of ORSD's three links (`chain_lines`): key in results.json -> (where, metric).
+CHAIN = {
+    "teacher_gain": ("evals", "teacher/gain"),
+    "teacher_gain_vs_other": ("evals", "teacher/gain_vs_other"),
+    "train_teacher_gain": ("metrics", "teacher/train_gain"),
+    "correction_ratio": ("metrics", "grad_share/correction_ratio"),
+    "correction_cosine": ("metrics", "grad_share/cosine"),
+    "correction_capped_frac": ("metrics", "orsd/correction_capped_frac"),
+}
+
+
+def _chain_measures(result: Any) -> dict[str, float | None]:
+    """The run's mean of each `CHAIN` measure over its evaluations or iterations (None: not measured)."""
+    return {name: _mean_metric(getattr(result, where), key) for name, (where, key) in CHAIN.items()}
+
+
+def chain_lines(summary: dict[str, Any]) -> list[str]:
+    """Report lines on ORSD's chain: per run the teacher gain (does the policy play better with
+    the rubric in context?), credit alignment (does the correction point at the decisions?) and
+    the correction's gradient share (does it leave the outcome in charge?); then which links
+    hold over the runs (95% interval across runs on the right side of the threshold)."""
+    runs = summary["runs"]
+    measured = [n for n, r in runs.items() if any(r.get(k) is not None for k in (*CHAIN, "credit_alignment"))]
+    if not measured:
+        return []
+
+    def cell(value: float | None, fmt: str = "+.3f") -> str:
+        return "n/a" if value is None else format(value, fmt)
+
+    lines = [
+        "",
+        "## Does the method's chain hold? (per run, means over evaluations or iterations)",
+        "",
+        "| run | teacher gain | vs other rubric | teacher gain (training) | credit alignment "
+        "| correction / outcome gradient | cosine | capped |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name in measured:
+        r = runs[name]
+        lines.append(
+            f"| {name} | {cell(r['teacher_gain'])} | {cell(r['teacher_gain_vs_other'])} | "
+            f"{cell(r['train_teacher_gain'])} | {cell(r['credit_alignment'], '+.4f')} | "
+            f"{cell(r['correction_ratio'], '.2f')} | {cell(r['correction_cosine'], '+.2f')} | "
+            f"{cell(r['correction_capped_frac'], '.2f')} |"
+        )
+    links = [
+        ("the teacher (the policy with the expert's rubric in context) beats the student", "teacher_gain", 0.0, ">"),
+        ("the correction points at the expert's decisions (credit alignment)", "credit_alignment", 0.0, ">"),
+        ("the correction's gradient stays below the outcome's", "correction_ratio", 1.0, "<"),
+    ]
+    lines.append("")
+    for text, key, threshold, side in links:
+        values = [runs[n][key] for n in measured if runs[n].get(key) is not None]
+        if not values:
+            lines.append(f"- {text}: not measured.")
+            continue
+        estimate = mean_ci(values)
+        holds = estimate.n > 1 and (estimate.low > threshold if side == ">" else estimate.high < threshold)
+        verdict = "holds" if holds else "does not hold" if estimate.n > 1 else "one run: no interval"
+        lines.append(f"- {text}: {verdict} ({estimate} over {estimate.n} runs; needs {side} {threshold:g}).")
+    return lines
 
 
 def _mean_metric(metrics: list[dict], key: str) -> float | None:
@@ -367,6 +431,7 @@ def write_report(out_dir: str | Path, base_config: Any, results: list[Any]) -> P
             "`orsd:expert` is a positive control: its rubrics restate the env's expert plan, privileged "
             "information no real run has. `orsd:shuffled` applies rubrics written for other tasks."
         )
+    lines += chain_lines(summary)
     coinciding = coinciding_arms(summary)
     lines += ["", "## Learning curves", ""]
     if coinciding:
