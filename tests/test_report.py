@@ -9,7 +9,7 @@ import pytest
 
 from orsd_gym.train.compare import RunResult
 from orsd_gym.train.config import Config
-from orsd_gym.train.report import effect_statement, mean_ci, summarise, write_report
+from orsd_gym.train.report import effect_statement, mean_ci, print_summary, summarise, write_report
 
 
 def test_mean_ci_matches_hand_computation():
@@ -126,3 +126,26 @@ def test_the_report_says_which_link_of_the_chain_holds(tmp_path):
     # alignment 0.02 +- 4.303 * 0.01 / sqrt 3 = [-0.005, 0.045]: not above 0
     assert "(credit alignment): does not hold" in text
     assert "stays below the outcome's: does not hold" in text
+
+
+def _strict(text):
+    def refuse(constant):
+        raise ValueError(f"{constant} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_results_json_is_strict_json_with_one_seed(tmp_path):
+    from rich.console import Console
+
+    from orsd_gym import jsonio
+
+    report = write_report(
+        tmp_path, Config(), [_run("grpo", 0, [0.0, 0.2], tmp_path), _run("orsd", 0, [0.0, 0.4], tmp_path)]
+    )
+    summary = _strict((tmp_path / "results.json").read_text())
+    assert summary["table"]["grpo"]["final_success"]["ci95"] is None  # one seed: no interval, not NaN
+    console = Console(record=True, width=200)
+    print_summary(report, console)  # reads the nulls back
+    assert "n=1: no interval" in console.export_text()
+    assert _strict(jsonio.dumps({"a": float("nan"), "b": [float("inf"), 1.5]})) == {"a": None, "b": [None, 1.5]}

@@ -9,7 +9,7 @@ import pytest
 
 from orsd_gym import configio
 from orsd_gym.errors import ConfigError
-from orsd_gym.train.config import Config
+from orsd_gym.train.config import Config, load_config
 
 
 @dataclass
@@ -97,3 +97,11 @@ def test_shipped_configs_exist():
     assert {"alfworld_cpu", "webshop_cpu", "alfworld_qwen3_1.7b", "webshop_qwen3_1.7b"} <= set(
         configio.shipped_configs()
     )
+
+
+def test_a_misspelt_per_algo_name_or_key_fails_with_a_suggestion():
+    with pytest.raises(ConfigError, match=r"algo.per_algo.osrd: .*did you mean 'algo.per_algo.orsd'"):
+        load_config(None, ["algo.per_algo.osrd.beta=0.77"])
+    with pytest.raises(ConfigError, match=r"'algo.per_algo.orsd.betta'; did you mean 'algo.per_algo.orsd.beta'"):
+        load_config(None, ["algo.name=grpo", "algo.per_algo.orsd.betta=0.77"])
+    assert load_config(None, ["algo.name=orsd", "algo.per_algo.orsd.beta=0.77"]).algo.per_algo["orsd"]["beta"] == 0.77

@@ -163,6 +163,11 @@ def _lookup(name: str) -> type[Algorithm]:
         ) from None
 
 
+def registered_algorithms() -> list[str]:
+    """The names ``algo.name`` accepts, sorted."""
+    return sorted(ALGORITHMS)
+
+
 def algorithm_config_class(name: str) -> type:
     """The config dataclass of the algorithm registered as ``name``."""
     return _lookup(name).config_class

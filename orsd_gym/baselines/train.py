@@ -7,7 +7,6 @@ ORSD, and gets a learning curve against environment steps.
 from __future__ import annotations
 
 import functools
-import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -20,6 +19,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv
 
+from orsd_gym import jsonio
 from orsd_gym.baselines.algorithms import ALGORITHMS, SB3_ALGORITHMS, RandomAdmissibleAgent
 from orsd_gym.baselines.envs import make_choice_env
 from orsd_gym.baselines.evaluation import EvalPoint, evaluate
@@ -199,7 +199,7 @@ def _save(result: BaselineResult, model: BaseAlgorithm | None, out_dir: str | Pa
     if model is not None:
         model.save(out / MODEL_FILE)
         result.model_path = str(out / MODEL_FILE)
-    (out / RESULT_FILE).write_text(json.dumps(json_safe(result.to_dict()), indent=2))
+    (out / RESULT_FILE).write_text(jsonio.dumps(json_safe(result.to_dict()), indent=2))
     return result
 
 

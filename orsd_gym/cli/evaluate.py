@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
-from orsd_gym import configio
+from orsd_gym import configio, jsonio
 from orsd_gym.cli.options import add_json, add_threads, apply_threads
 from orsd_gym.errors import UsageError
 from orsd_gym.rollout.trajectory import save_jsonl
@@ -51,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         save_jsonl(trajectories, args.out)
     if args.json:
-        print(json.dumps(result))
+        print(jsonio.dumps(result))
         return 0
     table = Table(title=f"{config.env.id}: checkpoint iteration {checkpoint.iteration}")
     table.add_column("metric")

@@ -8,10 +8,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 from rich.console import Console
 
+from orsd_gym import jsonio
 from orsd_gym.cli.options import add_allow_change, add_json, add_no_live, add_threads, allowed_changes, threads_override
 from orsd_gym.configio import shipped_configs
 from orsd_gym.train.config import load_config
@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     if summary.worker != 0:  # torchrun's other workers: worker 0 reports the run
         return 0
     if args.json:
-        print(json.dumps({"output_dir": str(summary.output_dir), "final_eval": summary.final_eval}, indent=1))
+        print(jsonio.dumps({"output_dir": str(summary.output_dir), "final_eval": summary.final_eval}, indent=1))
     else:
         final = summary.final_eval or {}
         success = f"final eval success {final['eval/success_rate']:.3f}" if "eval/success_rate" in final else ""

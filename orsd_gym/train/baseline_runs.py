@@ -17,6 +17,7 @@ from pathlib import Path
 
 import yaml
 
+from orsd_gym import jsonio
 from orsd_gym.train.config import Config, run_record
 from orsd_gym.train.plan import build_task_plan, merge_kwargs
 
@@ -51,9 +52,9 @@ def run_baseline(config: Config, algo: str, run_dir: Path, env_steps: int) -> No
     with open(run_dir / "eval.jsonl", "w", encoding="utf-8") as handle:
         for index, point in enumerate(result.curve):
             evaluation = {"eval/success_rate": point.success_rate, "eval/mean_return": point.mean_return}
-            handle.write(json.dumps({"iteration": index, "env_steps": point.env_steps, **evaluation}) + "\n")
+            handle.write(jsonio.dumps({"iteration": index, "env_steps": point.env_steps, **evaluation}) + "\n")
     (run_dir / "task_plan.json").write_text(json.dumps({"summary": plan.summary(), "keys": plan.keys()}, indent=1))
     (run_dir / "metrics.jsonl").write_text(
-        json.dumps({"baseline/env_steps_per_second": result.env_steps_per_second}) + "\n"
+        jsonio.dumps({"baseline/env_steps_per_second": result.env_steps_per_second}) + "\n"
     )
     saved.write_text(yaml.safe_dump(record, sort_keys=False))

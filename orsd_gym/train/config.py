@@ -9,12 +9,13 @@ resolved, every default included (`run_record`).
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from orsd_gym import configio
-from orsd_gym.algos.base import algorithm_config_class
+from orsd_gym.algos.base import algorithm_config_class, registered_algorithms
 from orsd_gym.errors import ConfigError, UnknownAlgorithmError
 from orsd_gym.policies.base import SamplingParams
 from orsd_gym.rollout.options import RolloutOptions
@@ -337,6 +338,7 @@ def resolve_algo(config: Config) -> Any:
         config_class = algorithm_config_class(algo.name)
     except UnknownAlgorithmError as error:
         raise ConfigError(f"algo.name: {error}") from error
+    check_per_algo(algo.per_algo)
     params = {**algo.params, **algo.per_algo.get(algo.name, {})}
     if any(f.name == "temperature" for f in dataclasses.fields(config_class)):
         # Ratios and replays score tokens at the temperature they were sampled at.
@@ -347,6 +349,30 @@ def resolve_algo(config: Config) -> Any:
             )
         params["temperature"] = config.rollout.temperature
     return configio.from_dict(config_class, params, prefix="algo.params.")
+
+
+def check_per_algo(per_algo: dict[str, dict[str, Any]]) -> None:
+    """Every ``algo.per_algo`` entry names a registered algorithm and only its settings (a
+    misspelt name would otherwise be ignored by every run that does not select it)."""
+    for name, params in per_algo.items():
+        try:
+            config_class = algorithm_config_class(name)
+        except UnknownAlgorithmError:
+            close = difflib.get_close_matches(name, registered_algorithms(), n=1)
+            hint = (
+                f"did you mean 'algo.per_algo.{close[0]}'?"
+                if close
+                else f"registered: {', '.join(registered_algorithms())}"
+            )
+            raise ConfigError(f"algo.per_algo.{name}: no algorithm is registered as {name!r}; {hint}") from None
+        if not isinstance(params, dict):
+            raise ConfigError(f"algo.per_algo.{name}: expected a mapping of settings, got {type(params).__name__}")
+        names = [f.name for f in dataclasses.fields(config_class)]
+        for key in params:
+            if key not in names:
+                close = difflib.get_close_matches(str(key), names, n=1)
+                hint = f"; did you mean 'algo.per_algo.{name}.{close[0]}'?" if close else ""
+                raise ConfigError(f"unknown config key 'algo.per_algo.{name}.{key}'{hint}")
 
 
 def run_record(config: Config) -> dict[str, Any]:

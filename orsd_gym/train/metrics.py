@@ -8,11 +8,12 @@ lines of the iteration that was in progress.
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections.abc import Mapping, Sequence, Set
 from pathlib import Path
 from typing import Any
+
+from orsd_gym import jsonio
 
 
 class MetricsWriter:
@@ -34,7 +35,7 @@ class MetricsWriter:
         return self.path.stat().st_size if self.path.exists() else 0
 
     def write(self, record: dict[str, Any]) -> None:
-        line = json.dumps(_json_safe(record), sort_keys=True)
+        line = jsonio.dumps(record, sort_keys=True)
         with open(self.path, "a", encoding="utf-8") as handle:
             handle.write(line + "\n")
             handle.flush()
@@ -84,18 +85,6 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
         except json.JSONDecodeError:
             continue
     return records
-
-
-def _json_safe(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {str(k): _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if hasattr(value, "item") and callable(value.item):
-        return _json_safe(value.item())
-    return value
 
 
 def _open_tensorboard(log_dir: str | Path):

@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from orsd_gym import jsonio
+
 # Two-sided 95% Student t critical values by degrees of freedom (df > 30: normal approx).
 _T95 = dict(
     enumerate(
@@ -60,7 +62,12 @@ class Estimate:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], bounds: tuple[float, float]) -> Estimate:
-        return cls(data["mean"], data["ci95"], data["n"], bounds)
+        """From `as_dict` or results.json, where a missing mean or interval is null."""
+        return cls(_number(data["mean"]), _number(data["ci95"]), data["n"], bounds)
+
+
+def _number(value: float | None) -> float:
+    return math.nan if value is None else float(value)
 
 
 def mean_ci(values: list[float], bounds: tuple[float, float] = (-math.inf, math.inf)) -> Estimate:
@@ -292,13 +299,14 @@ def effect_statement(summary: dict[str, Any]) -> list[str]:
         if n == 0:
             continue
         row = summary["table"][baseline]
-        noise = [row.get(f"{when}_success_seed_sd", math.nan) for when in ("start", "final")]
+        # Read back from results.json, a number that does not exist is null.
+        noise = [_number(row.get(f"{when}_success_seed_sd")) for when in ("start", "final")]
         noise_text = (
             f"; seed-to-seed sd of {baseline}'s success: {noise[0]:.3f} at the start, {noise[1]:.3f} at the end"
             if not any(math.isnan(x) for x in noise)
             else ""
         )
-        if n < 2 or math.isnan(diff["ci95"]):
+        if n < 2 or math.isnan(_number(diff["ci95"])):
             lines.append(
                 f"- {name}: final success differs by {diff['mean']:+.3f} on a single seed; "
                 "one seed cannot separate an effect from seed noise."
@@ -339,7 +347,7 @@ def write_report(out_dir: str | Path, base_config: Any, results: list[Any]) -> P
 
     out_dir = Path(out_dir)
     summary = summarise(results)
-    (out_dir / "results.json").write_text(json.dumps(summary, indent=1, default=float))
+    (out_dir / "results.json").write_text(jsonio.dumps(summary, indent=1))
     plot_curves(summary, out_dir / "success_curve.png", "eval/success_rate", "held-out success rate")
     plot_curves(summary, out_dir / "score_curve.png", "eval/mean_return", "held-out score (mean return)")
     cfg = configio.to_dict(base_config)

@@ -28,7 +28,7 @@ import yaml
 from rich.console import Console
 from safetensors.torch import load_file
 
-from orsd_gym import configio
+from orsd_gym import configio, jsonio
 from orsd_gym.algos.base import PreparedBatch, make_algorithm
 from orsd_gym.allocator import return_freed_memory, trim_heap
 from orsd_gym.errors import ConfigError
@@ -480,7 +480,7 @@ class Trainer:
 def _append_line(path: Path, record: dict[str, Any]) -> None:
     """One JSON line, on disk before the run goes on (a resumed run reads what it wrote)."""
     with open(path, "a", encoding="utf-8") as handle:
-        handle.write(json.dumps(record) + "\n")
+        handle.write(jsonio.dumps(record) + "\n")
         handle.flush()
         os.fsync(handle.fileno())
 
