@@ -149,3 +149,14 @@ def test_results_json_is_strict_json_with_one_seed(tmp_path):
     print_summary(report, console)  # reads the nulls back
     assert "n=1: no interval" in console.export_text()
     assert _strict(jsonio.dumps({"a": float("nan"), "b": [float("inf"), 1.5]})) == {"a": None, "b": [None, 1.5]}
+
+
+def test_equal_curves_are_drawn_with_equal_values_inside_the_metric_range(tmp_path):
+    from orsd_gym.train.report import plot_curves
+
+    results = [_run(algo, 0, [0.0, 0.5, 0.5], tmp_path) for algo in ("grpo", "orsd", "orsd:expert")]
+    drawn = plot_curves(summarise(results), tmp_path / "curve.png", "eval/success_rate", "success")
+    lines = list(drawn["lines"].values())
+    assert len(lines) == 3 and all(list(line) == [0.0, 0.5, 0.5] for line in lines)
+    assert drawn["ylim"] == (0.0, 1.0)  # never below 0 or above 1, however close the curves
+    assert "drawn a few points apart" in write_report(tmp_path, Config(), results).read_text()

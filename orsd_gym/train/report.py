@@ -244,16 +244,21 @@ _STYLES = ("-", "--", ":", "-.")
 _MARKERS = ("o", "s", "^", "D", "v", "P")
 
 
-def plot_curves(summary: dict[str, Any], path: Path, key: str, ylabel: str) -> None:
-    """Per arm: its seeds' mean curve (own colour, line style and marker, drawn slightly offset so
-    identical curves stay visible) and a band from the lowest to the highest seed."""
+def plot_curves(summary: dict[str, Any], path: Path, key: str, ylabel: str) -> dict[str, Any]:
+    """Per arm: its seeds' mean curve (own colour, line style and marker) and a band from the
+    lowest to the highest seed, on a y-axis spanning the metric's range. Curves that coincide
+    are drawn a few points apart on the page (an offset of the drawing, not of the data, so
+    every curve keeps its values); the report names them. Returns what was drawn: each arm's
+    y values and the y-axis limits."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.transforms import offset_copy
 
     fig, ax = plt.subplots(figsize=(7.0, 4.2), dpi=120)
     algos = summary["algos"]
+    drawn: dict[str, Any] = {"lines": {}}
     for index, algo in enumerate(algos):
         curves = [run["curve"] for run in summary["runs"].values() if run["algo"] == algo]
         if not curves:
@@ -261,12 +266,20 @@ def plot_curves(summary: dict[str, Any], path: Path, key: str, ylabel: str) -> N
         length = min(len(c) for c in curves)
         xs = np.mean([[p["env_steps"] for p in c[:length]] for c in curves], axis=0)
         ys = np.array([[p[key] if p[key] is not None else np.nan for p in c[:length]] for c in curves], dtype=float)
-        nudge = (index - (len(algos) - 1) / 2) * 0.006  # a few pixels: coinciding curves stay visible
+        shift = offset_copy(ax.transData, fig=fig, y=(index - (len(algos) - 1) / 2) * 2.5, units="points")
         colour, style, marker = f"C{index}", _STYLES[index % len(_STYLES)], _MARKERS[index % len(_MARKERS)]
         if len(curves) > 1:
             ax.fill_between(xs, ys.min(axis=0), ys.max(axis=0), color=colour, alpha=0.12, linewidth=0)
         label = f"{algo} (mean of {len(curves)} seed{'s' if len(curves) > 1 else ''})"
-        ax.plot(xs, ys.mean(axis=0) + nudge, color=colour, linestyle=style, marker=marker, linewidth=2, label=label)
+        (line,) = ax.plot(
+            xs, ys.mean(axis=0), color=colour, linestyle=style, marker=marker, linewidth=2, label=label, transform=shift
+        )
+        line.set_clip_on(False)  # a curve on the range's edge (success 0 or 1) stays whole
+        line.set_in_layout(False)
+        drawn["lines"][algo] = np.asarray(line.get_ydata(), dtype=float)
+    low, high = _range_of(key)
+    ax.set_ylim(low, high)
+    drawn["ylim"] = ax.get_ylim()
     ax.set_xlabel("environment steps")
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
@@ -275,6 +288,13 @@ def plot_curves(summary: dict[str, Any], path: Path, key: str, ylabel: str) -> N
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+    return drawn
+
+
+def _range_of(key: str) -> tuple[float, float]:
+    """The range the metric ``key`` can take (`RANGES`)."""
+    label = next(label for label, metric in METRICS if metric == key)
+    return RANGES[label]
 
 
 def coinciding_arms(summary: dict[str, Any], key: str = "eval/success_rate") -> list[tuple[str, str]]:
@@ -444,7 +464,11 @@ def write_report(out_dir: str | Path, base_config: Any, results: list[Any]) -> P
     lines += ["", "## Learning curves", ""]
     if coinciding:
         pairs = "; ".join(f"{a} and {b}" for a, b in coinciding)
-        lines += [f"Identical mean success curves (drawn slightly apart to stay visible): {pairs}.", ""]
+        lines += [
+            "Identical mean success curves (drawn a few points apart on the page to stay visible; "
+            f"their values are equal): {pairs}.",
+            "",
+        ]
     lines += ["![success](success_curve.png)", "", "![score](score_curve.png)", ""]
     report = out_dir / "report.md"
     report.write_text("\n".join(lines), encoding="utf-8")
