@@ -59,7 +59,7 @@ def _kill(ray, actor) -> None:
 GUESS_RUN = {
     "group_size": 2,
     "sampling": SamplingParams(max_new_tokens=6),
-    "options": RolloutOptions(max_turns=3, action_format="admissible"),
+    "options": RolloutOptions(max_turns=3, action_format="last_line"),
     "env_kwargs": {"high": 20},
     "seed": 3,
 }

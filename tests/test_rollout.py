@@ -238,3 +238,27 @@ def test_cli_end_to_end(policy, tmp_path):
     assert len(load_jsonl(out)) == 4
     bad = subprocess.run([*cmd[:5], "orsd_gym/Nope-v0", *cmd[6:]], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "unknown env" in bad.stderr
+
+
+def test_choosing_from_admissible_actions_shows_them_and_needs_an_env_that_lists_them(policy):
+    from orsd_gym.errors import ConfigError
+
+    options = RolloutOptions(action_format="admissible", max_turns=1)
+    # GuessNumber hides its list by default; the format that asks for a choice shows it.
+    (played,) = collect(GUESS, policy, [0], group_size=1, sampling=SamplingParams(max_new_tokens=4), options=options)
+    assert "1. guess 1" in played.prompt_messages[1]["content"]
+
+    class NoList(gym.Wrapper):
+        def reset(self, **kwargs):
+            observation, info = self.env.reset(**kwargs)
+            return observation, {k: v for k, v in info.items() if k != "admissible_actions"}
+
+    calls = []
+    generate = policy.generate
+    policy.generate = lambda *args, **kwargs: calls.append(1) or generate(*args, **kwargs)
+    try:
+        with pytest.raises(ConfigError, match="lists none at reset.*last_line"):
+            collect([NoList(gym.make(GUESS))], policy, [0], group_size=1, options=options)
+    finally:
+        del policy.generate
+    assert not calls  # refused before any turn was generated

@@ -36,6 +36,7 @@ import gymnasium as gym
 import numpy as np
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from orsd_gym.errors import ConfigError
 from orsd_gym.policies.base import Completion, Policy, SamplingParams
 from orsd_gym.rollout import prompts
 from orsd_gym.rollout.actions import choose_action, get_parser
@@ -243,8 +244,9 @@ class _Rollout:
         self.stop = tuple(dict.fromkeys((*sampling.stop, *self.parser.stop)))
         self.token_budget = min(options.max_episode_tokens, policy.max_positions)
         prompt = env_prompt or prompts.env_prompt(slots.env_id)
-        if self.parser.numbered_choices and not prompt.numbered:
-            prompt = dataclasses.replace(prompt, numbered=True)
+        if self.parser.numbered_choices:
+            # The format asks the model to choose from the list: show it, whatever the env's default.
+            prompt = dataclasses.replace(prompt, numbered=True, show_admissible=True)
         self.prompt = prompt
         self.noop = prompt.noop_action if options.noop_action is None else options.noop_action
         self.system = prompts.system_prompt(prompt, self.parser.format_instructions)
@@ -267,6 +269,12 @@ class _Rollout:
             self.active.append(episode)
 
     def _start(self, episode: _Episode, observation: str, info: dict[str, Any]) -> None:
+        if self.parser.numbered_choices and self.teacher is None and not info.get("admissible_actions"):
+            raise ConfigError(
+                f"action_format={self.parser.name!r} asks the model to choose from the env's admissible actions, "
+                f"but {self.slots.env_id or 'the env'} lists none at reset (info['admissible_actions']); "
+                "use action_format='last_line' or 'tag'"
+            )
         episode.task = str(info.get("task", ""))
         episode.task_id = int(info.get("task_id", episode.task_id if episode.task_id is not None else -1))
         episode.observations.append(observation)
