@@ -222,6 +222,21 @@ def test_the_iteration_line_prints_the_iteration_wall_time_not_a_sum_of_nested_p
     assert view.line(1, record).endswith("| 112.0 s")
 
 
+def test_progress_is_a_line_per_iteration_when_the_output_is_not_a_terminal():
+    import io
+
+    from rich.console import Console
+
+    from orsd_gym.train.console import LiveView
+
+    log = io.StringIO()
+    with LiveView("grpo on env", 2, 0, enabled=True, console=Console(file=log)) as view:
+        view.update(1, {"train/success_rate": 0.25, "time/iteration": 3.0})
+        assert "iteration 1/2 | train success 0.250" in log.getvalue()  # at once, not at the end
+    terminal = LiveView("grpo on env", 2, 0, enabled=True, console=Console(file=io.StringIO(), force_terminal=True))
+    assert terminal.enabled
+
+
 def test_config_show_help_defaults_and_rollout_options(tmp_path):
     shown = _cli("config", "show", "--config", "demo", "optim.lr=3e-5")
     assert shown.returncode == 0 and "lr: 3.0e-05" in shown.stdout and "num_bundles" not in shown.stdout

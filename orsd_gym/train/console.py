@@ -2,8 +2,8 @@
 
 The live view has a progress bar over iterations with the phase that is running (warm start,
 rollout, advantages, update, eval), elapsed time and an ETA from the iterations done so far,
-and a table of the latest metrics. Without it (``--no-live``, logs, pipes) each finished
-iteration prints one line.
+and a table of the latest metrics. Without it (``--no-live``, or whenever the output is not a
+terminal: logs, pipes) each finished iteration prints one line.
 """
 
 from __future__ import annotations
@@ -60,8 +60,10 @@ class LiveView:
         self.total = total
         self.start = start
         self.done = start
-        self.enabled = enabled
         self.console = console or Console()
+        # A live view redraws in place, which only a terminal shows: written to a file (nohup, a
+        # cluster job, CI) it would print nothing until the end, so there each iteration prints a line.
+        self.enabled = enabled and self.console.is_terminal
         self.started = time.perf_counter()
         self.progress = Progress(
             TextColumn(f"[bold]{title}"),
