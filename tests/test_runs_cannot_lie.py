@@ -4,6 +4,7 @@ and command-line output a person or a script can follow."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -14,6 +15,7 @@ from resumable_env import ENV_ID as VOWEL_ENV
 
 from orsd_gym.cli import main
 from orsd_gym.errors import RunDirectoryError
+from orsd_gym.rollout import load_jsonl
 from orsd_gym.train.compare import compare
 from orsd_gym.train.config import load_config
 from orsd_gym.train.metrics import read_metrics
@@ -109,6 +111,41 @@ def test_resume_says_when_there_is_nothing_to_resume_or_to_train(finished_run, t
         Trainer(_config(tmp_path / "missing"), resume=True)
     summary = Trainer(_config(finished_run), resume=True).run()
     assert summary.final_eval is not None and "eval/success_rate" in summary.final_eval
+
+
+def test_a_run_stopped_before_its_first_checkpoint_restarts_with_the_same_command(finished_run, tmp_path):
+    run = tmp_path / "run"
+    subprocess.run(["cp", "-r", str(finished_run), str(run)], check=True)
+    shutil.rmtree(run / "checkpoints")  # as a run that crashed in its first iteration leaves it
+    with pytest.raises(RunDirectoryError, match="already holds a run"):
+        Trainer(_config(run, "optim.lr=0.5"))  # another run's directory is never taken over
+    Trainer(_config(run)).run()
+    assert [r["iteration"] for r in read_metrics(run / "eval.jsonl")] == [0, 1]
+    shutil.rmtree(run / "checkpoints")
+    assert Trainer(_config(run), resume=True).run().final_eval is not None  # --resume too
+
+
+def test_a_checkpoint_write_stopped_midway_leaves_nothing_behind(finished_run, tmp_path, monkeypatch):
+    import errno
+
+    from orsd_gym.errors import CheckpointError
+    from orsd_gym.train import checkpoint as checkpoints
+
+    run = tmp_path / "run"
+    subprocess.run(["cp", "-r", str(finished_run), str(run)], check=True)
+    killed = run / "checkpoints" / ".iter_000002.tmp-999999"  # what kill -9 during a write leaves
+    killed.mkdir()
+    (killed / "policy.safetensors").write_bytes(b"half")
+    Trainer(_config(run), resume=True)
+    assert not killed.exists()
+
+    def full_disk(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(checkpoints, "save_file", full_disk)
+    with pytest.raises(CheckpointError, match="No space left on device; the last complete one, iter_000001, is intact"):
+        checkpoints.save_checkpoint(run / "checkpoints", 2, policy_state={}, optimizer_tensors={}, state={})
+    assert [p.name for p in (run / "checkpoints").iterdir()] == ["iter_000001"]
 
 
 def test_compare_refuses_to_reuse_runs_of_other_settings(tmp_path):
@@ -257,7 +294,7 @@ def test_config_show_help_defaults_and_rollout_options(tmp_path):
         "--max-new-tokens",
         "4",
         "--action-format",
-        "admissible",
+        "tag",
         "--threads",
         "1",
         "--out",
@@ -265,6 +302,7 @@ def test_config_show_help_defaults_and_rollout_options(tmp_path):
         "--quiet",
     )
     assert rolled.returncode == 0, rolled.stderr
+    assert "<action>" in load_jsonl(out)[0].prompt_messages[0]["content"]  # the chosen format's instructions
 
 
 def test_the_demo_command_runs_end_to_end_on_a_tiny_model(tmp_path, capsys):

@@ -79,6 +79,47 @@ def save_checkpoint(
     if staging.exists():
         shutil.rmtree(staging)
     staging.mkdir()
+    try:
+        _write(staging, iteration, policy_state, optimizer_tensors, state)
+    except BaseException as error:
+        # Interrupted or failed (a full disk): the half-written copy would hold the space a
+        # resume needs. The previous checkpoint is untouched.
+        shutil.rmtree(staging, ignore_errors=True)
+        if isinstance(error, OSError):
+            previous = list_checkpoints(root)
+            kept = f"; the last complete one, {previous[-1].name}, is intact" if previous else ""
+            raise CheckpointError(
+                f"could not write checkpoint {final.name} in {root}: {error.strerror or error}{kept}. "
+                "Free space (or fix the directory) and resume with --resume"
+            ) from error
+        raise
+    if final.exists():  # re-saving the same iteration (e.g. at exit): replace it
+        shutil.rmtree(final)
+    os.rename(staging, final)
+    _fsync_dir(root)
+    for old in list_checkpoints(root)[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def remove_stale_temporaries(root: str | Path) -> list[Path]:
+    """Remove half-written checkpoints a killed process left under ``root`` (a run directory
+    has one writer: the run that claimed it); returns what was removed."""
+    root = Path(root)
+    stale = [p for p in root.glob(f".{_PREFIX}*.tmp-*") if p.is_dir()] if root.is_dir() else []
+    for path in stale:
+        shutil.rmtree(path, ignore_errors=True)
+    return stale
+
+
+def _write(
+    staging: Path,
+    iteration: int,
+    policy_state: dict[str, torch.Tensor],
+    optimizer_tensors: dict[str, torch.Tensor],
+    state: dict[str, Any],
+) -> None:
+    """The checkpoint's files in ``staging``, the manifest last, all on disk when it returns."""
     save_file({k: v.detach().contiguous().cpu() for k, v in policy_state.items()}, staging / "policy.safetensors")
     save_file(
         {k: v.detach().contiguous().cpu() for k, v in optimizer_tensors.items()}, staging / "optimizer.safetensors"
@@ -91,13 +132,6 @@ def save_checkpoint(
         handle.flush()
         os.fsync(handle.fileno())
     _fsync_dir(staging)
-    if final.exists():  # re-saving the same iteration (e.g. at exit): replace it
-        shutil.rmtree(final)
-    os.rename(staging, final)
-    _fsync_dir(root)
-    for old in list_checkpoints(root)[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
-    return final
 
 
 def list_checkpoints(root: str | Path) -> list[Path]:

@@ -35,6 +35,7 @@ RUN_FILES = (
     "task_plan.json",
     "metrics.jsonl",
     "eval.jsonl",
+    "teacher.jsonl",
     "warm_start.json",
     "warm_start.safetensors",
     "changes.jsonl",
@@ -82,6 +83,8 @@ class Claim:
 
     resume_from: int | None = None
     changes: list[dict[str, Any]] = field(default_factory=list)
+    #: The directory held this run (same settings) stopped before its first checkpoint: it starts over.
+    restarted: bool = False
 
 
 def claim_run_directory(
@@ -99,17 +102,20 @@ def claim_run_directory(
     before they existed."""
     root = Path(output_dir)
     existing = [name for name in RUN_FILES if (root / name).exists()]
+    checkpoints = list_checkpoints(root / "checkpoints")
+    if existing and not checkpoints and not overwrite and _same_run(root, record, defaults):
+        # This run, stopped before its first checkpoint (a crash, Ctrl-C, a full disk): nothing
+        # trained is lost by starting it over, with or without --resume.
+        _remove(root, existing)
+        return Claim(restarted=True)
     if not resume:
         if existing and not overwrite:
             raise RunDirectoryError(
                 f"{root} already holds a run ({', '.join(existing)}); resume it with --resume, "
                 "or start over with --overwrite (deletes that run), or choose another train.output_dir"
             )
-        for name in existing:
-            path = root / name
-            shutil.rmtree(path) if path.is_dir() else path.unlink()
+        _remove(root, existing)
         return Claim()
-    checkpoints = list_checkpoints(root / "checkpoints")
     if not checkpoints:
         raise RunDirectoryError(
             f"nothing to resume: {root} has no checkpoint; run without --resume to start a new run there"
@@ -139,6 +145,22 @@ def claim_run_directory(
         )
     changes = [{"key": k, "old": old, "new": new} for k, (old, new) in sorted(differences.items())]
     return Claim(resume_from=int(checkpoints[-1].name.rsplit("_", 1)[1]), changes=changes)
+
+
+def _same_run(root: Path, record: Mapping[str, Any], defaults: Mapping[str, Any] | None) -> bool:
+    """Whether ``root``'s saved config.yaml is ``record`` (what a run saves before it trains)."""
+    saved_path = root / "config.yaml"
+    try:
+        saved = yaml.safe_load(saved_path.read_text(encoding="utf-8")) if saved_path.is_file() else None
+    except yaml.YAMLError:
+        return False
+    return isinstance(saved, dict) and not config_differences(saved, record, defaults)
+
+
+def _remove(root: Path, names: Iterable[str]) -> None:
+    for name in names:
+        path = root / name
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
 
 
 def record_changes(output_dir: str | Path, claim: Claim) -> None:

@@ -40,6 +40,7 @@ from orsd_gym.rollout.trajectory import save_jsonl
 from orsd_gym.train.checkpoint import (
     join_optimizer_state,
     latest_good_checkpoint,
+    remove_stale_temporaries,
     save_checkpoint,
     split_optimizer_state,
 )
@@ -170,6 +171,13 @@ class Trainer:
             self.output_dir, record, resume=resume, overwrite=overwrite, allow_changes=allow_changes, defaults=defaults
         )
         self.output_dir.mkdir(parents=True, exist_ok=True)
+        if claim.restarted:
+            self.console.print(
+                f"{self.output_dir} holds this run stopped before its first checkpoint: starting it over"
+            )
+        removed = remove_stale_temporaries(self.output_dir / "checkpoints")
+        if removed:
+            self.console.print(f"removed {len(removed)} half-written checkpoint(s) a stopped process left behind")
         record_changes(self.output_dir, claim)
         (self.output_dir / "config.yaml").write_text(yaml.safe_dump(record, sort_keys=False))
         plan = {"summary": self.plan.summary(), "keys": self.plan.keys()}
