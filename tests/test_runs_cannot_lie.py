@@ -4,6 +4,7 @@ and command-line output a person or a script can follow."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -146,6 +147,35 @@ def test_a_checkpoint_write_stopped_midway_leaves_nothing_behind(finished_run, t
     with pytest.raises(CheckpointError, match="No space left on device; the last complete one, iter_000001, is intact"):
         checkpoints.save_checkpoint(run / "checkpoints", 2, policy_state={}, optimizer_tensors={}, state={})
     assert [p.name for p in (run / "checkpoints").iterdir()] == ["iter_000001"]
+
+
+def test_outputs_that_cannot_be_written_fail_before_any_work():
+    from orsd_gym.errors import ConfigError, UsageError
+
+    with pytest.raises(UsageError, match=r"train.output_dir='/proc/orsd-run': cannot create the directory"):
+        Trainer(_config(Path("/proc/orsd-run")))
+    with pytest.raises(ConfigError, match="output_dir is empty"):
+        load_config(None, [*RUN, "train.output_dir="])
+    with pytest.raises(UsageError, match="--out.*'/proc/orsd-report': cannot create the directory"):
+        compare(load_config(None, RUN), ["grpo"], [0], "/proc/orsd-report", live=False)
+    rolled = _cli("rollout", "--env", f"resumable_env:{VOWEL_ENV}", "--model", "tiny-random", "--out", "/proc/x.jsonl")
+    assert rolled.returncode == 2 and "--out='/proc/x.jsonl': cannot write in /proc" in rolled.stderr
+    assert "Traceback" not in rolled.stderr and "trajectories" not in rolled.stdout  # nothing was played
+
+
+def test_a_read_only_output_directory_fails_before_any_work(tmp_path):
+    from orsd_gym.errors import UsageError
+
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        if os.access(locked, os.W_OK):
+            pytest.skip("running as a user who can write anywhere (root): a read-only directory cannot be made")
+        with pytest.raises(UsageError, match="train.output_dir=.*cannot write in"):
+            Trainer(_config(locked / "run"))
+    finally:
+        locked.chmod(0o700)
 
 
 def test_compare_refuses_to_reuse_runs_of_other_settings(tmp_path):

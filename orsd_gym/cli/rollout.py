@@ -19,6 +19,7 @@ from orsd_gym.rollout.options import RolloutOptions
 from orsd_gym.rollout.stats import rollout_stats
 from orsd_gym.rollout.trajectory import episodes_of, save_jsonl
 from orsd_gym.train.validation import env_creator
+from orsd_gym.writable import writable_file
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -53,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
     apply_threads(args)
     if args.tasks < 1 or args.group < 1:
         raise UsageError("--tasks and --group must be >= 1")
+    writable_file(args.out, "--out")  # before playing, not after
     options = RolloutOptions(
         layout=args.layout,
         action_format=args.action_format,
@@ -72,7 +74,6 @@ def run(args: argparse.Namespace) -> int:
         num_envs=args.num_envs,
         progress=not args.quiet,
     )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     save_jsonl(trajectories, args.out)
     console = Console()
     console.print(summary_table(f"{args.env} x {args.model}", trajectories))

@@ -33,6 +33,7 @@ from orsd_gym.train.launch import train, under_torchrun
 from orsd_gym.train.metrics import read_metrics
 from orsd_gym.train.report import write_report
 from orsd_gym.train.validation import validate_settings
+from orsd_gym.writable import writable_directory
 
 #: The stable-baselines3 algorithms a comparison arm can name (``sb3:<name>``).
 SB3_BASELINES = ("maskable_ppo", "ppo", "dqn")
@@ -142,12 +143,11 @@ def compare(
     """
     if under_torchrun():
         raise UsageError("compare starts its own workers: run it with train.workers=N (Ray), not under torchrun")
-    out_dir = Path(out_dir)
+    out_dir = writable_directory(out_dir, "the report directory (--out)")
     console = console or Console()
     # Per seed the LLM arms run first: a baseline gets the environment steps they used.
     parsed = sorted((Arm.parse(text) for text in arms), key=lambda arm: arm.baseline is not None)
     configs = [(arm, seed, run_config(base, arm, seed, out_dir)) for seed in seeds for arm in parsed]
-    out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "compare_config.yaml").write_text(
         json.dumps({"arms": arms, "seeds": seeds, "base": configio.to_dict(base)}, indent=1)
     )

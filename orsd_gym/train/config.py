@@ -207,6 +207,8 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.iterations < 0:
             raise ValueError(f"iterations must be >= 0, got {self.iterations}")
+        if not self.output_dir.strip():
+            raise ValueError("output_dir is empty: name the run's directory (e.g. runs/my_run)")
         if self.checkpoint_every < 1 or self.keep_checkpoints < 1:
             raise ValueError("checkpoint_every and keep_checkpoints must be >= 1")
         _require_at_least_one(self, "workers")

@@ -62,6 +62,7 @@ from orsd_gym.train.update import (
 )
 from orsd_gym.train.warm_start import ensure_warm_start
 from orsd_gym.train.workers import SINGLE, Workers
+from orsd_gym.writable import writable_directory
 
 
 @dataclass
@@ -165,6 +166,7 @@ class Trainer:
 
     def _claim(self, resume: bool, overwrite: bool, allow_changes: Sequence[str]) -> Claim:
         """Check the run directory, then write the run's record there (worker 0 only)."""
+        writable_directory(self.output_dir, "train.output_dir")
         record = run_record(self.config)
         defaults = run_record(Config(algo=AlgoConfig(name=self.config.algo.name)))
         claim = claim_run_directory(
