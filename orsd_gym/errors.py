@@ -86,6 +86,11 @@ class NoAdmissibleActionsError(OrsdGymError, ValueError):
     """An env started an episode without listing any admissible action (a choice wrapper needs them)."""
 
 
+class EnvContractError(OrsdGymError, TypeError):
+    """An env broke the text-env contract (a non-text observation, a reset or step that raised);
+    the message names the env, the task and the action."""
+
+
 class EnvWorkerError(OrsdGymError, RuntimeError):
     """A remote env worker (a Ray actor) kept dying, so its episode could not be finished."""
 

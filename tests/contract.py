@@ -55,11 +55,15 @@ def assert_task_id_option(env: gym.Env) -> None:
         assert info["task_id"] == task_id
 
 
-#: Strings a fuzzer should try: empty, whitespace, unicode, control chars, near-commands.
+#: What a fuzzer should send: empty, whitespace, unicode, control chars, near-commands, huge
+#: text, and things that are not text at all (bytes, numbers, None, lists).
 ACTION_STRATEGY = st.one_of(
     st.text(max_size=60),
     st.sampled_from(["", " ", "\n", "look", "go to", "click[", "search[]", "put  in ", "\x00\x1b[31m"]),
     st.text(alphabet=st.characters(codec="utf-8"), min_size=1, max_size=20).map(lambda s: s * 500),
+    st.just("take " * 40_000),
+    st.binary(max_size=40),
+    st.one_of(st.none(), st.integers(), st.floats(), st.lists(st.text(max_size=5), max_size=3)),
 )
 
 
@@ -72,11 +76,13 @@ def fuzz_invalid_actions_are_noops(env: gym.Env, *, seed: int = 0, max_examples:
     @given(action=ACTION_STRATEGY)
     def check(action: str) -> None:
         before = list(env.unwrapped.admissible_actions())
-        if action in before:
+        if isinstance(action, str) and action in before:
             return
         obs, reward, terminated, truncated, info = env.step(action)
         assert isinstance(obs, str) and env.observation_space.contains(obs)
         assert_info_contract(info)
+        if not isinstance(action, str):
+            assert not info["is_valid_action"]
         if not info["is_valid_action"]:
             assert reward == 0.0 and not terminated
             assert list(env.unwrapped.admissible_actions()) == before

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 
@@ -14,6 +15,8 @@ from contract import (
     assert_task_id_option,
     fuzz_invalid_actions_are_noops,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import orsd_gym  # noqa: F401
 from orsd_gym.envs import StepOutcome, TextEnv, UnicodeText, register_text_env, registered_text_envs
@@ -110,6 +113,74 @@ def test_user_env_registers_and_passes_contract():
     fuzz_invalid_actions_are_noops(env)
     _, info = env.reset(options={"task_id": 1})
     assert env.step("river")[1] == 1.0
+
+
+class _BrokenEnv(TextEnv):
+    """A user env whose engine hands back whatever the test injects."""
+
+    start: object = ("Your task is to: wait.", {})
+    outcome: object = StepOutcome("ok")
+
+    @property
+    def tasks(self):
+        return ("wait",)
+
+    def _task_text(self, task_id):
+        return "Wait."
+
+    def _start_task(self, task_id, options):
+        if isinstance(self.start, Exception):
+            raise self.start
+        return self.start
+
+    def _play(self, action):
+        if isinstance(self.outcome, Exception):
+            raise self.outcome
+        return self.outcome
+
+
+NOT_TEXT = st.one_of(st.none(), st.integers(), st.binary(max_size=8), st.lists(st.integers(), max_size=2), st.floats())
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.one_of(
+        st.builds(lambda o: ("reset", (o, {})), NOT_TEXT),
+        st.builds(lambda o: ("reset", o), NOT_TEXT),
+        st.builds(lambda o: ("reset", ("ok", o)), st.one_of(st.none(), st.integers(), st.text(max_size=3))),
+        st.builds(lambda o: ("step", StepOutcome(o)), NOT_TEXT),
+        st.builds(lambda r: ("step", StepOutcome("ok", reward=r)), st.one_of(NOT_TEXT, st.just(float("nan")))),
+        st.builds(lambda i: ("step", StepOutcome("ok", info=i)), st.one_of(st.none(), st.integers())),
+        st.builds(lambda o: ("step", o), NOT_TEXT),
+        st.just(("reset", KeyError("slice"))),
+        st.just(("step", ValueError("engine crashed"))),
+    ),
+    st.text(max_size=20),
+)
+def test_an_env_returning_bad_types_gives_one_clear_error_naming_task_and_action(broken, action):
+    from orsd_gym.errors import EnvContractError
+
+    where, value = broken
+    env = _BrokenEnv()
+    if where == "reset":
+        env.start = value
+        with pytest.raises(EnvContractError, match=r"_BrokenEnv \(task task-0\) at reset: "):
+            env.reset(seed=0)
+        return
+    env.reset(seed=0)
+    env.outcome = value
+    if isinstance(value, StepOutcome) and _well_formed(value):  # an int reward, say: a valid step
+        assert env.step(action)[1] == float(value.reward)
+        return
+    with pytest.raises(EnvContractError, match=r"_BrokenEnv \(task task-0\) after action ") as raised:
+        env.step(action)
+    assert repr(action[:200]) in str(raised.value)
+
+
+def _well_formed(outcome: StepOutcome) -> bool:
+    reward = outcome.reward
+    number = isinstance(reward, (int, float)) and not isinstance(reward, bool) and math.isfinite(reward)
+    return number and isinstance(outcome.observation, str) and isinstance(outcome.info, dict)
 
 
 def test_register_accepts_an_env_class():

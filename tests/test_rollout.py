@@ -262,3 +262,17 @@ def test_choosing_from_admissible_actions_shows_them_and_needs_an_env_that_lists
     finally:
         del policy.generate
     assert not calls  # refused before any turn was generated
+
+
+def test_a_plain_gym_env_with_a_non_text_observation_is_named_with_its_task(policy):
+    from orsd_gym.errors import EnvContractError
+
+    class NumberObservations(gym.Wrapper):
+        def step(self, action):
+            _, *rest = self.env.step(action)
+            return 42, *rest
+
+    options = RolloutOptions(action_format="last_line", max_turns=2)
+    sampling = SamplingParams(max_new_tokens=4)
+    with pytest.raises(EnvContractError, match=r"task seed 3.*after action .* returned a int observation"):
+        collect([NumberObservations(gym.make(GUESS))], policy, [3], group_size=1, sampling=sampling, options=options)

@@ -12,6 +12,7 @@ from collections import Counter
 import gymnasium as gym
 import numpy as np
 import pytest
+from contract import fuzz_invalid_actions_are_noops
 from gymnasium.utils.env_checker import check_env as gymnasium_check_env
 
 import orsd_gym  # noqa: F401
@@ -65,6 +66,12 @@ def test_history_observation_keeps_the_text_contract_and_caps_length():
     assert len(obs) <= env.observation_space.max_length and env.observation_space.contains(obs)
     with pytest.raises(ValueError, match="k"):
         HistoryObservation(guess(8), k=-1)
+
+
+def test_text_wrappers_keep_the_contract_under_any_input():
+    # Any string, bytes, number, None or huge text: an invalid-action step, never an exception.
+    fuzz_invalid_actions_are_noops(HistoryObservation(guess(8), k=3))
+    fuzz_invalid_actions_are_noops(TaskSchedule(guess(8), [TaskSpec(seed=0, task_id=2)]))
 
 
 # --------------------------------------------------------------------------- TaskSchedule

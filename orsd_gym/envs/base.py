@@ -17,15 +17,17 @@ only says what its tasks are, how a task starts and how one action plays out:
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from numbers import Real
 from typing import Any, Literal
 
 import gymnasium as gym
 
 from orsd_gym.envs.spaces import UnicodeText, drop_non_text_characters
-from orsd_gym.errors import TaskSelectionError
+from orsd_gym.errors import EnvContractError, OrsdGymError, TaskSelectionError
 
 MAX_OBSERVATION_CHARS = 32_768
 MAX_ACTION_CHARS = 2_048
@@ -165,8 +167,16 @@ class TextEnv(gym.Env[str, str], ABC):
         self._task_id = task_id
         self._won = False
         self._done = False
-        observation, extra = self._start_task(task_id, options)
-        self._last_observation = self._fit_observation(observation)
+        try:
+            started = self._start_task(task_id, options)
+        except OrsdGymError:
+            raise
+        except Exception as error:
+            raise self._broken(f"_start_task raised {type(error).__name__}: {error}", action=None) from error
+        if not (isinstance(started, tuple) and len(started) == 2 and isinstance(started[1], Mapping)):
+            raise self._broken(f"_start_task returned {_shown(started)}, not (observation, info)", action=None)
+        observation, extra = started
+        self._last_observation = self._fit_observation(self._checked_text(observation, action=None))
         return self._last_observation, self._info(extra, is_valid_action=True)
 
     def step(self, action: Any):
@@ -188,11 +198,28 @@ class TextEnv(gym.Env[str, str], ABC):
                 False,
                 self._info({"feedback": self.non_text_action_feedback}, is_valid_action=False),
             )
-        outcome = self._play(action[:MAX_ACTION_CHARS])
-        self._won = self._won or outcome.won
-        self._done = outcome.terminated
-        self._last_observation = self._fit_observation(outcome.observation)
-        info = self._info(outcome.info, is_valid_action=outcome.is_valid_action)
+        action = action[:MAX_ACTION_CHARS]
+        try:
+            outcome = self._play(action)
+        except OrsdGymError:
+            raise
+        except Exception as error:
+            raise self._broken(f"_play raised {type(error).__name__}: {error}", action=action) from error
+        if not isinstance(outcome, StepOutcome):
+            raise self._broken(f"_play returned {_shown(outcome)}, not a StepOutcome", action=action)
+        observation = self._checked_text(outcome.observation, action=action)
+        if (
+            isinstance(outcome.reward, bool)
+            or not isinstance(outcome.reward, Real)
+            or not math.isfinite(outcome.reward)
+        ):
+            raise self._broken(f"_play's reward is {_shown(outcome.reward)}, not a finite number", action=action)
+        if not isinstance(outcome.info, Mapping):
+            raise self._broken(f"_play's info is {_shown(outcome.info)}, not a dict", action=action)
+        self._won = self._won or bool(outcome.won)
+        self._done = bool(outcome.terminated)
+        self._last_observation = self._fit_observation(observation)
+        info = self._info(dict(outcome.info), is_valid_action=outcome.is_valid_action)
         return self._last_observation, float(outcome.reward), bool(outcome.terminated), False, info
 
     def render(self) -> str | None:
@@ -207,6 +234,21 @@ class TextEnv(gym.Env[str, str], ABC):
     def task_id(self) -> int | None:
         """Index of the running task in `tasks` (None before the first reset)."""
         return self._task_id
+
+    def _checked_text(self, observation: Any, *, action: str | None) -> str:
+        if not isinstance(observation, str):
+            raise self._broken(f"its observation is {_shown(observation)}, not a string", action=action)
+        return observation
+
+    def _broken(self, what: str, *, action: str | None) -> EnvContractError:
+        """The contract error of this env's running task (and the action that broke it)."""
+        task = (
+            self.task_key(self._task_id)
+            if self._task_id is not None and 0 <= self._task_id < len(self.tasks)
+            else self._task_id
+        )
+        step = "at reset" if action is None else f"after action {action[:200]!r}"
+        return EnvContractError(f"{type(self).__name__} (task {task}) {step}: {what}")
 
     def _fit_observation(self, text: str) -> str:
         # Keep the observation a member of observation_space: cap its length and drop control
@@ -224,3 +266,9 @@ class TextEnv(gym.Env[str, str], ABC):
         info["is_valid_action"] = bool(is_valid_action)
         info.setdefault("admissible_actions", [] if self._done else self.admissible_actions())
         return info
+
+
+def _shown(value: Any) -> str:
+    """A value's type and a short repr, for contract errors."""
+    text = repr(value)
+    return f"{type(value).__name__} {text[:80] + '...' if len(text) > 80 else text}"

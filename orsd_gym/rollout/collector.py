@@ -36,7 +36,7 @@ import gymnasium as gym
 import numpy as np
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from orsd_gym.errors import ConfigError
+from orsd_gym.errors import ConfigError, EnvContractError
 from orsd_gym.policies.base import Completion, Policy, SamplingParams
 from orsd_gym.rollout import prompts
 from orsd_gym.rollout.actions import choose_action, get_parser
@@ -275,6 +275,7 @@ class _Rollout:
                 f"but {self.slots.env_id or 'the env'} lists none at reset (info['admissible_actions']); "
                 "use action_format='last_line' or 'tag'"
             )
+        _check_text_observation(observation, self.slots.env_id, episode, None)
         episode.task = str(info.get("task", ""))
         episode.task_id = int(info.get("task_id", episode.task_id if episode.task_id is not None else -1))
         episode.observations.append(observation)
@@ -369,6 +370,7 @@ class _Rollout:
         truncated: bool,
         info: dict[str, Any],
     ) -> None:
+        _check_text_observation(observation, self.slots.env_id, episode, episode.actions[-1])
         episode.observations.append(observation)
         episode.rewards.append(float(reward))
         episode.infos.append(json_safe(info))
@@ -383,6 +385,16 @@ class _Rollout:
             message = prompts.observation_message(self.prompt, observation, info)
             episode.observation_messages.append(message)
             episode.builder.add_observation(message, action=episode.actions[-1], observation=observation, info=info)
+
+
+def _check_text_observation(observation: Any, env_id: str, episode: _Episode, action: str | None) -> None:
+    """Envs that are not `TextEnv`s are checked here, where their output enters the rollout."""
+    if not isinstance(observation, str):
+        step = "at reset" if action is None else f"after action {action[:200]!r}"
+        raise EnvContractError(
+            f"{env_id or 'the env'} (task seed {episode.seed}, task id {episode.task_id}) {step} returned a "
+            f"{type(observation).__name__} observation; a text env's observations are strings"
+        )
 
 
 def _edited(

@@ -7,8 +7,8 @@ from typing import Any
 
 import gymnasium as gym
 
-from orsd_gym.envs.base import MAX_OBSERVATION_CHARS
-from orsd_gym.envs.spaces import UnicodeText
+from orsd_gym.envs.base import MAX_ACTION_CHARS, MAX_OBSERVATION_CHARS
+from orsd_gym.envs.spaces import UnicodeText, drop_non_text_characters
 
 
 class HistoryObservation(gym.Wrapper, gym.utils.RecordConstructorArgs):
@@ -55,7 +55,8 @@ class HistoryObservation(gym.Wrapper, gym.utils.RecordConstructorArgs):
     def step(self, action: Any):
         observation, reward, terminated, truncated, info = self.env.step(action)
         if self.k:
-            self._steps.append((self._shown, str(action)))
+            # The action is shown back as text: keep the observation a member of its space.
+            self._steps.append((self._shown, drop_non_text_characters(str(action)[:MAX_ACTION_CHARS])))
         self._shown = observation
         return self._render(), reward, terminated, truncated, info
 
