@@ -33,19 +33,38 @@ def from_dict(cls: type[T], data: Mapping[str, Any] | None, *, prefix: str = "")
         raise ConfigError(f"{prefix or 'config'}: expected a mapping, got {type(data).__name__}")
     hints = get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls) if f.init]
-    unknown = [key for key in data if key not in names]
-    if unknown:
-        key = unknown[0]
+    # Every mistake of the config at once, not one per attempt.
+    problems = []
+    for key in (key for key in data if key not in names):
         close = difflib.get_close_matches(str(key), names, n=1)
         hint = f"; did you mean '{prefix}{close[0]}'?" if close else f"; valid keys: {', '.join(names)}"
-        raise ConfigError(f"unknown config key '{prefix}{key}'{hint}")
-    kwargs = {name: _coerce(hints[name], data[name], f"{prefix}{name}") for name in names if name in data}
+        problems.append(f"unknown config key '{prefix}{key}'{hint}")
+    kwargs = {}
+    for name in (name for name in names if name in data):
+        try:
+            kwargs[name] = _coerce(hints[name], data[name], f"{prefix}{name}")
+        except ConfigError as error:
+            problems.extend(getattr(error, "problems", [str(error)]))
+    if problems:
+        raise config_errors(problems)
     try:
         return cls(**kwargs)
     except (TypeError, ValueError) as error:
         if isinstance(error, ConfigError):
             raise
         raise ConfigError(f"{prefix.rstrip('.') or cls.__name__}: {error}") from error
+
+
+def config_errors(problems: Sequence[str]) -> ConfigError:
+    """One `ConfigError` listing every problem (``.problems`` keeps them apart)."""
+    message = (
+        problems[0]
+        if len(problems) == 1
+        else f"{len(problems)} problems in the config:\n" + "\n".join(f"  - {problem}" for problem in problems)
+    )
+    error = ConfigError(message)
+    error.problems = list(problems)  # type: ignore[attr-defined]
+    return error
 
 
 def to_dict(config: Any) -> dict[str, Any]:

@@ -105,3 +105,27 @@ def test_a_misspelt_per_algo_name_or_key_fails_with_a_suggestion():
     with pytest.raises(ConfigError, match=r"'algo.per_algo.orsd.betta'; did you mean 'algo.per_algo.orsd.beta'"):
         load_config(None, ["algo.name=grpo", "algo.per_algo.orsd.betta=0.77"])
     assert load_config(None, ["algo.name=orsd", "algo.per_algo.orsd.beta=0.77"]).algo.per_algo["orsd"]["beta"] == 0.77
+
+
+def test_every_config_mistake_is_reported_at_once():
+    with pytest.raises(ConfigError) as raised:
+        load_config(None, ["optim.lrr=1", "rollout.group_size=abc", "eval.evry=2", "model.dtype=float17"])
+    text = str(raised.value)
+    assert text.startswith("4 problems in the config:")
+    for part in ("did you mean 'optim.lr'", "rollout.group_size: expected an integer", "did you mean 'eval.every'"):
+        assert part in text
+    assert "model.dtype: 'float17' is not one of" in text
+
+
+@pytest.mark.parametrize(("command", "hint"), [("train", "--resume"), ("compare", "run the same command again")])
+def test_ctrl_c_says_how_to_continue(command, hint, monkeypatch, capsys):
+    import importlib
+
+    from orsd_gym.cli import main
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(importlib.import_module(f"orsd_gym.cli.{command}"), "run", interrupted)
+    assert main([command, "--config", "demo"]) == 130
+    assert hint in capsys.readouterr().err

@@ -57,5 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"orsd-gym {args.command}: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"orsd-gym {args.command}: interrupted", file=sys.stderr)
+        # What a run has done is on disk up to its last checkpoint: say how to continue from it.
+        hint = getattr(_load(args._module), "CONTINUE_HINT", "")
+        print(f"orsd-gym {args.command}: interrupted{'; ' + hint if hint else ''}", file=sys.stderr)
         return 130

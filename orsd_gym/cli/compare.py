@@ -15,6 +15,9 @@ from orsd_gym.train.compare import Arm, compare, run_config
 from orsd_gym.train.config import Config
 from orsd_gym.train.report import print_summary
 
+#: What `orsd-gym` prints after Ctrl-C.
+CONTINUE_HINT = "run the same command again to continue (finished runs are reused, others resume from their checkpoint)"
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", required=True, help="base YAML config, or the name of a shipped config")

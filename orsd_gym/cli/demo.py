@@ -10,9 +10,11 @@ import argparse
 from pathlib import Path
 
 from orsd_gym import configio
-from orsd_gym.cli.compare import run_comparison
+from orsd_gym.cli.compare import CONTINUE_HINT, run_comparison
 from orsd_gym.cli.options import add_allow_change, add_json, add_no_live, add_threads, threads_override
 from orsd_gym.train.config import Config
+
+__all__ = ["CONTINUE_HINT", "add_arguments", "run"]  # CONTINUE_HINT: what `orsd-gym` prints after Ctrl-C
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -17,6 +17,9 @@ from orsd_gym.configio import shipped_configs
 from orsd_gym.train.config import load_config
 from orsd_gym.train.launch import train
 
+#: What `orsd-gym` prints after Ctrl-C.
+CONTINUE_HINT = "continue from the last checkpoint with the same command and --resume"
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
