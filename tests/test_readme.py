@@ -9,10 +9,12 @@ overrides) is loaded and validated; every ``make`` target they name exists.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import subprocess
 import sys
+from itertools import dropwhile
 from pathlib import Path
 
 import pytest
@@ -34,13 +36,21 @@ def _python_script() -> str:
     webshop = ROOT.parent / "shared" / "data" / "webshop"
     # Without the official data the WebShop block runs on the embedded synthetic catalog.
     data_dir = repr(str(webshop)) if webshop.is_dir() else "None"
-    script = script.replace('data_dir="../shared/data/webshop"', f"data_dir={data_dir}")
+    script = script.replace("data_dir=None,", f"data_dir={data_dir},")
     return script
 
 
 def _commands() -> list[list[str]]:
+    """Every command line of the bash blocks, without its leading ``NAME=value`` settings."""
     lines = [line for kind, code in BLOCKS if kind == "bash" for line in code.splitlines()]
-    return [shlex.split(line, comments=True) for line in lines if line.strip() and not line.startswith("#")]
+    commands = [shlex.split(line, comments=True) for line in lines if line.strip() and not line.startswith("#")]
+    return [list(dropwhile(lambda word: re.match(r"^[A-Z_]+=", word), words)) for words in commands]
+
+
+def _save_echo_env(directory: Path) -> None:
+    """The README's own-env block, saved as the README says (``echo_env.py``)."""
+    (module,) = [code for kind, code in BLOCKS if kind == "python" and "class EchoEnv" in code]
+    (directory / "echo_env.py").write_text(module, encoding="utf-8")
 
 
 def test_the_readme_has_runnable_blocks():
@@ -59,7 +69,25 @@ def test_python_blocks_run(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
 
 
-def test_command_lines_parse_and_their_configs_load():
+@pytest.mark.slow
+def test_the_own_env_compare_runs_as_written(tmp_path):
+    """A newcomer's path: the README's env block saved as echo_env.py, then its compare line run
+    from that directory as written (scaled down: the tiny model, one iteration)."""
+    _save_echo_env(tmp_path)
+    (line,) = [line for kind, code in BLOCKS if kind == "bash" for line in code.splitlines() if "echo_env:" in line]
+    words = shlex.split(line)
+    assert words[0] == "PYTHONPATH=." and words[1] == "orsd-gym"
+    small = ["model.name=tiny-random", "train.iterations=1", "rollout.tasks_per_iteration=2", "eval.num_tasks=2"]
+    env = {**os.environ, "PYTHONPATH": ".", "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "orsd_gym.cli", *words[2:], "--seeds", "1", "--no-live", *small]
+    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=900, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (tmp_path / "reports" / "echo" / "report.md").is_file()
+
+
+def test_command_lines_parse_and_their_configs_load(tmp_path, monkeypatch):
+    _save_echo_env(tmp_path)  # the own-env line names the module the README has the reader save
+    monkeypatch.syspath_prepend(str(tmp_path))
     parser = build_parser()
     targets = set(re.findall(r"^([a-z][\w-]*):", (ROOT / "Makefile").read_text(), flags=re.MULTILINE))
     for words in _commands():
