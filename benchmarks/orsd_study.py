@@ -38,6 +38,8 @@ from orsd_gym.train.config import Config
 from orsd_gym.train.report import print_summary
 
 ARMS = ["grpo", "orsd", "orsd:expert", "orsd:shuffled"]
+#: Distinct held-out tasks every evaluation plays (the rooms have 96).
+EVAL_TASKS = 24
 STUDY = [
     "env.kwargs.task_types=[pick_and_place_simple]",
     "env.kwargs.generator={num_tasks: 96, max_receptacles: 2, num_distractors: 1}",
@@ -51,7 +53,7 @@ STUDY = [
     "rollout.max_turns=8",
     "rollout.tasks_per_iteration=4",
     "rollout.group_size=4",
-    "eval.num_tasks=24",
+    f"eval.num_tasks={EVAL_TASKS}",
     "eval.every=1",
     "train.iterations=4",
     "warm_start.episodes=12",

@@ -33,7 +33,7 @@ import sys
 import time
 from pathlib import Path
 
-from orsd_study import STUDY
+from orsd_study import EVAL_TASKS, STUDY
 
 from orsd_gym import configio
 from orsd_gym.train.config import Config
@@ -42,11 +42,12 @@ from orsd_gym.train.trainer import Trainer
 PLACEMENTS = ("system", "user")
 
 
-def setting_overrides(setting: str, placement: str, runs: Path) -> list[str]:
+def setting_overrides(setting: str, placement: str, runs: Path, eval_tasks: int = EVAL_TASKS) -> list[str]:
     """The config of one gate cell: the study's rooms, evaluation only (no RL iteration)."""
     kind, _, size = setting.partition("-")
     cell = [
         *STUDY,
+        f"eval.num_tasks={eval_tasks}",
         "algo.name=grpo",
         "train.iterations=0",
         "eval.env_kwargs={expert: reset}",  # the expert rubric is the planner's plan at reset
@@ -54,7 +55,7 @@ def setting_overrides(setting: str, placement: str, runs: Path) -> list[str]:
         f"eval.teacher_placement={placement}",
         "eval.teacher_max_criteria=3",  # the study's ORSD arms' max_criteria
         "logging.live=false",
-        f"train.output_dir={runs / f'{setting}-{placement}'}",
+        f"train.output_dir={runs / f'{setting}-{placement}-{eval_tasks}'}",
     ]
     if kind == "zero":
         return [*cell, "warm_start.episodes=0"]
@@ -85,7 +86,7 @@ def gate_cell(overrides: list[str]) -> dict:
 
 def table(cells: dict) -> str:
     lines = [
-        "| setting | placement | none | expert | other task's | expert - none [95% CI] "
+        "| setting @ held-out tasks | placement | none | expert | other task's | expert - none [95% CI] "
         "| expert - other [95% CI] | gate |",
         "|---|---|---|---|---|---|---|---|",
     ]
@@ -97,6 +98,7 @@ def table(cells: dict) -> str:
             f"{m['teacher/gain_vs_other_high']:+.3f}]"
         )
         setting, placement = name.rsplit("/", 1)
+        setting = setting.replace("@", " @ ") + ("" if "@" in setting else f" @ {EVAL_TASKS}")
         lines.append(
             f"| {setting} | {placement} | {m['teacher/success_none']:.3f} | {m['teacher/success_own']:.3f} | "
             f"{m['teacher/success_other']:.3f} | {gain} | {versus} | {'pass' if cell['passed'] else 'fail'} |"
@@ -110,6 +112,9 @@ def main() -> int:
     parser.add_argument("--placements", default=",".join(PLACEMENTS))
     parser.add_argument("--out", default="benchmarks/results/teacher_gate")
     parser.add_argument("--runs", default="runs/teacher_gate", help="run directories and cached warm starts")
+    parser.add_argument(
+        "--eval-tasks", type=int, default=EVAL_TASKS, help="held-out tasks per cell (more: narrower intervals)"
+    )
     args = parser.parse_args()
     out, runs = Path(args.out), Path(args.runs)
     out.mkdir(parents=True, exist_ok=True)
@@ -119,11 +124,12 @@ def main() -> int:
     gate["runs"].append({"commit": commit, "command": " ".join(sys.argv), "started": time.strftime("%F %T")})
     for setting in args.settings.split(","):
         for placement in args.placements.split(","):
-            name = f"{setting}/{placement}"
+            tasks = "" if args.eval_tasks == EVAL_TASKS else f"@{args.eval_tasks}"
+            name = f"{setting}{tasks}/{placement}"
             if name in gate["cells"]:
                 continue
             started = time.perf_counter()
-            cell = gate_cell(setting_overrides(setting, placement, runs))
+            cell = gate_cell(setting_overrides(setting, placement, runs, args.eval_tasks))
             gate["cells"][name] = {**cell, "commit": commit, "wall_seconds": time.perf_counter() - started}
             path.write_text(json.dumps(gate, indent=1))
             (out / "gate.md").write_text(table(gate["cells"]) + "\n")
