@@ -21,12 +21,9 @@ from orsd_gym.algos.orsd import (
     spearman,
 )
 from orsd_gym.algos.orsd.replay import insert_rubric
-from orsd_gym.algos.orsd.rubrics import (
-    DEFAULT_OFFLINE_PROPOSAL_TEMPLATE,
-    WORKED_EXAMPLES,
-    proposal_messages,
-    worked_example_for,
-)
+from orsd_gym.algos.orsd.rubrics import DEFAULT_OFFLINE_PROPOSAL_TEMPLATE, proposal_messages
+from orsd_gym.envs.alfworld.presentation import ALFWORLD_EXAMPLES
+from orsd_gym.envs.presentation import example_for, examples_for
 from orsd_gym.rollout.trajectory import Trajectory, TurnSpan
 
 # --------------------------------------------------------------------------- ranks and Spearman
@@ -318,32 +315,44 @@ def test_parse_criteria_reads_plain_lines_and_labels_when_there_is_no_list():
     assert parse_criteria("The agent must be fast.\n1. Opens the fridge first", 4) == ["Opens the fridge first"]
 
 
-def test_proposal_prompt_has_a_worked_example_of_another_task_type():
+def test_proposal_prompt_has_the_envs_worked_example_of_another_task_type():
     def attempt(task_type):
         trajectory = _traj(["go to sofa 1"], ["start", "You arrive at sofa 1."])
         trajectory.infos = [{"task_type": task_type}]
         return trajectory
 
-    messages = proposal_messages("put some pillow on armchair", [attempt("pick_and_place_simple")] * 2, max_criteria=2)
+    alfworld = "orsd_gym/ALFWorld-v0"
+    pillow = "put some pillow on armchair"
+    example = example_for(alfworld, pillow, {"task_type": "pick_and_place_simple"})
+    messages = proposal_messages(pillow, [attempt("pick_and_place_simple")] * 2, max_criteria=2, example=example)
     assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
     assert messages[1]["content"].startswith("Task: heat some muffin") and "Attempt B:" in messages[1]["content"]
     assert messages[2]["content"] == (
         "1. Takes the muffin 1 from countertop 1 before going anywhere else\n2. Heats the muffin 1 with microwave 1"
     )
     # A small model often copies the example: criteria naming the example's object are dropped.
-    assert parse_criteria(messages[2]["content"], 2) == []
-    assert parse_criteria("1. Heats the Muffin 1 first\n2. Takes the pillow 1 from sofa 1", 4) == [
+    copies = [e.thing for e in examples_for(alfworld)]
+    assert parse_criteria(messages[2]["content"], 2, copies=copies) == []
+    assert parse_criteria("1. Heats the Muffin 1 first\n2. Takes the pillow 1 from sofa 1", 4, copies=copies) == [
         "Takes the pillow 1 from sofa 1"
     ]
     assert messages[3]["content"].startswith("Task: put some pillow on armchair")
-    heating = proposal_messages("heat some cup", [attempt("pick_heat_then_place_in_recep")], max_criteria=4)
-    assert heating[1]["content"].startswith("Task: put some scarf on bed")
+    heating = example_for(alfworld, "heat some cup", {"task_type": "pick_heat_then_place_in_recep"})
+    assert proposal_messages("heat some cup", [attempt("x")], max_criteria=4, example=heating)[1]["content"].startswith(
+        "Task: put some scarf on bed"
+    )
+    # Offline there are no attempts: the task's wording says it is a heating task.
+    hot = "put a hot cup in cabinet"
     offline = proposal_messages(
-        "put a hot cup in cabinet", None, max_criteria=4, template=DEFAULT_OFFLINE_PROPOSAL_TEMPLATE
+        hot, None, max_criteria=4, template=DEFAULT_OFFLINE_PROPOSAL_TEMPLATE, example=example_for(alfworld, hot, {})
     )
     assert offline[1]["content"].startswith("Task: put some scarf")
-    assert worked_example_for("guess the number", None) is WORKED_EXAMPLES[0]
-    plain = proposal_messages(
-        "put some pillow on armchair", [attempt("pick_and_place_simple")], max_criteria=2, example=False
-    )
-    assert [m["role"] for m in plain] == ["system", "user"]
+    assert example_for(alfworld, "guess the number", {}) is ALFWORLD_EXAMPLES[0]
+
+
+def test_an_env_with_no_worked_examples_gets_none_from_another_env():
+    for env_id in ("orsd_gym/WebShop-v0", "orsd_gym/GuessNumber-v0", "not/registered-v0", None):
+        assert example_for(env_id, "buy a scarf", {}) is None and examples_for(env_id) == ()
+    messages = proposal_messages("buy a scarf", [_traj(["search[scarf]"], ["start", "results"])], max_criteria=3)
+    assert [m["role"] for m in messages] == ["system", "user"]
+    assert parse_criteria("1. Searches for a wool scarf first", 3) == ["Searches for a wool scarf first"]

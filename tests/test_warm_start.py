@@ -76,7 +76,7 @@ def test_a_rubric_share_of_the_demonstrations_carries_the_expert_rubric(setup):
     assert len(marked) == 2 and all(d.success for d in demos)
     for demo in marked:
         user = next(m["content"] for m in demo.prompt_messages if m["role"] == "user")
-        rubric = RubricContext().expert_rubric(demo.infos[0])  # the env's plan at reset, restated
+        rubric = RubricContext().expert_rubric(demo.infos[0], demo.env_id)  # the env's plan at reset, restated
         assert rubric and all(criterion in user for criterion in rubric)
     # The same tasks and the same expert actions; only the context of the marked ones differs.
     assert [(d.task_id, d.actions) for d in demos] == [(d.task_id, d.actions) for d in plain]

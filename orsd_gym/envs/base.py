@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 import gymnasium as gym
 
+from orsd_gym.envs.presentation import DefaultPresentation
 from orsd_gym.envs.spaces import UnicodeText, drop_non_text_characters
 from orsd_gym.errors import EnvContractError, OrsdGymError, TaskSelectionError
 
@@ -82,11 +83,13 @@ class StepOutcome:
     info: dict[str, Any] = field(default_factory=dict)
 
 
-class TextEnv(gym.Env[str, str], ABC):
+class TextEnv(DefaultPresentation, gym.Env[str, str], ABC):
     """Base class for multi-turn text environments.
 
     Subclasses implement `tasks`, `_task_text`, `_start_task` and `_play`; they may set
-    `admissible_actions()` when they know the legal actions.
+    `admissible_actions()` when they know the legal actions, and say how they are presented
+    (`orsd_gym.envs.presentation`): ``prompt`` (an `EnvPrompt`), ``rubric_examples`` (worked
+    examples for ORSD's rubric writer) and `expert_criteria` (their expert's plan as criteria).
     """
 
     metadata = {"render_modes": ["ansi", "human"], "render_fps": 4}

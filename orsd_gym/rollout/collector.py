@@ -243,7 +243,7 @@ class _Rollout:
         self.parser = get_parser(options.action_format)
         self.stop = tuple(dict.fromkeys((*sampling.stop, *self.parser.stop)))
         self.token_budget = min(options.max_episode_tokens, policy.max_positions)
-        prompt = env_prompt or prompts.env_prompt(slots.env_id)
+        prompt = env_prompt or prompts.prompt_for(slots.env_id)
         if self.parser.numbered_choices:
             # The format asks the model to choose from the list: show it, whatever the env's default.
             prompt = dataclasses.replace(prompt, numbered=True, show_admissible=True)

@@ -70,9 +70,9 @@ class RubricContext:
 
         return edit
 
-    def expert_rubric(self, info: Mapping[str, Any]) -> list[str]:
-        """The expert plan in a reset info restated as criteria (none without a plan)."""
-        return expert_bundle(str(info.get("task", "")), info.get(EXPERT_ACTIONS) or [], self.max_criteria)
+    def expert_rubric(self, info: Mapping[str, Any], env_id: str) -> list[str]:
+        """The expert plan in a reset info of env ``env_id`` restated as criteria (none without a plan)."""
+        return expert_bundle(env_id, info.get(EXPERT_ACTIONS) or [], self.max_criteria)
 
 
 def rubric_context(eval_config: Any, algo_settings: Any) -> RubricContext:
@@ -101,7 +101,7 @@ def held_out_rubrics(
     for trajectory in episodes_of(trajectories):
         key = task_key(trajectory)
         if source == "expert":
-            bundle = context.expert_rubric(trajectory.infos[0])
+            bundle = context.expert_rubric(trajectory.infos[0], trajectory.env_id)
         elif source == "file":
             found = file_bundles(table, key)
             bundle = found[0] if found else []

@@ -43,7 +43,8 @@ def collect_demonstrations(config: Config, plan: TaskPlan, policy: Policy) -> li
     rng = np.random.default_rng(np.random.SeedSequence([config.train.seed, 0xBC, 2]))
     with_rubric = {int(i) for i in rng.permutation(count)[: round(ws.rubric_share * count)]}
     context = RubricContext(placement=ws.rubric_placement, max_criteria=ws.rubric_max_criteria)
-    edit = context.edit(lambda info, group: context.expert_rubric(info) if group in with_rubric else None)
+    env_id = config.env.id.rpartition(":")[2]  # without a "module:" prefix
+    edit = context.edit(lambda info, group: context.expert_rubric(info, env_id) if group in with_rubric else None)
     try:
         return collect(
             envs,

@@ -60,6 +60,7 @@ from orsd_gym.algos.orsd.verifier import (
     Verifier,
 )
 from orsd_gym.envs.base import EXPERT_ACTIONS
+from orsd_gym.envs.presentation import WorkedExample, example_for, examples_for
 from orsd_gym.policies.base import Completion, Policy, SamplingParams
 from orsd_gym.profiling import phase
 from orsd_gym.rollout.trajectory import Trajectory
@@ -409,7 +410,9 @@ class ORSD(GRPO):
         contexts = []
         for group in need:
             attempts = None if cfg.rubric_mode == "offline" else [trajs[i] for i in group.attempts]
-            contexts.extend([self._proposal_context(group, attempts, policy)] * cfg.num_bundles)
+            env_id = trajs[group.attempts[0]].env_id
+            example = example_for(env_id, group.task, attempts[0].infos[0] if attempts and attempts[0].infos else {})
+            contexts.extend([self._proposal_context(group, attempts, example, policy)] * cfg.num_bundles)
         params = SamplingParams(
             max_new_tokens=cfg.proposal_max_new_tokens,
             temperature=cfg.proposal_temperature,
@@ -419,7 +422,9 @@ class ORSD(GRPO):
             completions = policy.generate(contexts, params)
         for n, group in enumerate(need):
             texts = [_complete_lines(c) for c in completions[n * cfg.num_bundles : (n + 1) * cfg.num_bundles]]
-            parsed = [parse_criteria(text, cfg.max_criteria) for text in texts]
+            env_id = trajs[group.attempts[0]].env_id
+            copies = [example.thing for example in examples_for(env_id) if example.thing]
+            parsed = [parse_criteria(text, cfg.max_criteria, copies=copies) for text in texts]
             group.bundles = [p for p in parsed if p]
             group.malformed = sum(1 for p in parsed if not p)
             group.malformed_texts = [text[:300] for text, p in zip(texts, parsed, strict=True) if not p]
@@ -432,7 +437,9 @@ class ORSD(GRPO):
                 if not group.bundles:
                     group.bundles = [list(b) for b in self.offline_bundles.get(group.task_key, [])]
 
-    def _proposal_context(self, group: _GroupWork, attempts: list[Trajectory] | None, policy: Policy) -> list[int]:
+    def _proposal_context(
+        self, group: _GroupWork, attempts: list[Trajectory] | None, example: WorkedExample | None, policy: Policy
+    ) -> list[int]:
         """The rendered proposal prompt, showing fewer steps per attempt until it fits the budget."""
         cfg = self.config
         max_steps = cfg.attempt_max_steps
@@ -445,6 +452,7 @@ class ORSD(GRPO):
                 template=cfg.offline_proposal_template if attempts is None else cfg.proposal_template,
                 max_obs_chars=cfg.attempt_max_obs_chars,
                 max_steps=max_steps,
+                example=example,
             )
             # A proposal is read as a list of criteria; with thinking on its token budget would go to reasoning.
             context = policy.chat.prompt_tokens(messages, thinking=False)

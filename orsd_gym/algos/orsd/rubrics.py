@@ -6,19 +6,20 @@ observations). It never sees rewards, success flags or an observation that state
 used afterwards to select among hypotheses.
 
 Small models (SmolLM2-135M) rarely answer an instruction with a clean numbered list. Two things
-help them: a worked example, one request of the same form for a *different* task type answered
-with a bundle, shown as an earlier chat turn (`WORKED_EXAMPLES`; a different type so that the
-example cannot be copied as the answer), and a parser that also takes what they write instead
-of a list: "Criterion: ..." labels and plain sentences one per line.
+help them: a worked example, one request of the same form for a *different* kind of task
+answered with a bundle, shown as an earlier chat turn (the env's own, `TextEnv.rubric_examples`:
+an env with none gets none), and a parser that also takes what they write instead of a list:
+"Criterion: ..." labels and plain sentences one per line.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from orsd_gym.envs.base import REVEALS_OUTCOME
+from orsd_gym.envs.presentation import WorkedExample
 from orsd_gym.rollout.trajectory import Trajectory
 
 DEFAULT_PROPOSAL_SYSTEM = "You are an expert reviewer of how agents solve text-based tasks."
@@ -69,89 +70,6 @@ _CHATTER = re.compile(
 )
 
 
-@dataclass(frozen=True)
-class WorkedExample:
-    """A proposal request answered with a bundle, shown to the proposer before the real one."""
-
-    #: The task type it is an example of (ALFWorld's ``info["task_type"]``).
-    task_type: str
-    task: str
-    #: Attempts as `render_attempt` shows them, one string per attempt.
-    attempts: tuple[str, ...]
-    bundle: tuple[str, ...] = field(default_factory=tuple)
-    #: The object the example is about, chosen outside ALFWorld's object types (a muffin, a
-    #: scarf), so that a criterion naming it is a copy of the example, not about the task at hand
-    #: (the price: a WebShop goal for a scarf loses its criteria that name the scarf).
-    thing: str = ""
-
-
-#: Examples in order of preference; a proposal request gets the first whose task type differs
-#: from the task at hand (the words "heat" / "hot" in a task without attempts count as the
-#: heating type). Short on purpose: every token is paid for in each of the K proposals.
-WORKED_EXAMPLES = (
-    WorkedExample(
-        task_type="pick_heat_then_place_in_recep",
-        task="heat some muffin and put it in diningtable.",
-        attempts=(
-            (
-                "  1. > go to countertop 1\n     You arrive at countertop 1. On the countertop 1, you see a muffin 1.\n"
-                "  2. > take muffin 1 from countertop 1\n     You pick up the muffin 1 from the countertop 1.\n"
-                "  3. > go to microwave 1\n     You arrive at microwave 1. The microwave 1 is closed.\n"
-                "  4. > heat muffin 1 with microwave 1"
-            ),
-            (
-                "  1. > go to diningtable 1\n"
-                "     You arrive at diningtable 1. On the diningtable 1, you see a fork 1.\n"
-                "  2. > look\n     You are facing the diningtable 1.\n"
-                "  3. > go to countertop 1"
-            ),
-        ),
-        bundle=(
-            "Takes the muffin 1 from countertop 1 before going anywhere else",
-            "Heats the muffin 1 with microwave 1",
-            "Puts the muffin 1 in/on diningtable 1 only after heating it",
-            "Does not repeat look or go back and forth between places",
-        ),
-        thing="muffin",
-    ),
-    WorkedExample(
-        task_type="pick_and_place_simple",
-        task="put some scarf on bed.",
-        attempts=(
-            (
-                "  1. > go to desk 1\n     You arrive at desk 1. On the desk 1, you see a scarf 1, and a pen 2.\n"
-                "  2. > take scarf 1 from desk 1\n     You pick up the scarf 1 from the desk 1.\n"
-                "  3. > go to bed 1"
-            ),
-            (
-                "  1. > go to bed 1\n     You arrive at bed 1. On the bed 1, you see a pillow 1.\n"
-                "  2. > take pillow 1 from bed 1\n     You pick up the pillow 1 from the bed 1.\n"
-                "  3. > go to desk 1"
-            ),
-        ),
-        bundle=(
-            "Goes to desk 1, where the scarf 1 is, first",
-            "Takes the scarf 1, not another object",
-            "Goes to bed 1 while holding the scarf 1",
-            "Puts the scarf 1 in/on bed 1",
-        ),
-        thing="scarf",
-    ),
-)
-_EXAMPLE_COPY = re.compile(r"\b(?:" + "|".join(example.thing for example in WORKED_EXAMPLES) + r")\b", re.IGNORECASE)
-_HEATING = re.compile(r"\b(?:heat|hot)\b", re.IGNORECASE)
-
-
-def worked_example_for(task: str, attempts: Sequence[Trajectory] | None) -> WorkedExample:
-    """The first of `WORKED_EXAMPLES` whose task type is not the task's (from the attempts'
-    reset info, or from the task's wording when there are no attempts)."""
-    first_info = attempts[0].infos[0] if attempts and attempts[0].infos else {}
-    task_type = first_info.get("task_type")
-    if task_type is None and _HEATING.search(task):
-        task_type = WORKED_EXAMPLES[0].task_type
-    return next(example for example in WORKED_EXAMPLES if example.task_type != task_type)
-
-
 @dataclass
 class ParseLimits:
     """What counts as a usable criterion."""
@@ -161,7 +79,12 @@ class ParseLimits:
 
 
 def parse_criteria(
-    text: str, max_criteria: int, limits: ParseLimits | None = None, *, plain_lines: bool = True
+    text: str,
+    max_criteria: int,
+    limits: ParseLimits | None = None,
+    *,
+    plain_lines: bool = True,
+    copies: Sequence[str] = (),
 ) -> list[str]:
     """The criteria of one model-written bundle, in order, at most ``max_criteria``.
 
@@ -171,12 +94,13 @@ def parse_criteria(
     line by line instead: "Criterion: ..." lines and plain sentences count; lines that only
     introduce or close the answer ("Sure! Here are ...:", "I hope this helps"), code and runs of
     words without a single function word (random or glued-together tokens) do not. Either way,
-    a criterion naming a worked example's object (`WorkedExample.thing`) is a copy of the example
-    and is dropped. An empty result means the bundle is malformed.
+    a criterion naming one of ``copies`` (the worked examples' objects, `WorkedExample.thing`) is
+    a copy of an example and is dropped. An empty result means the bundle is malformed.
     """
     if max_criteria < 1:
         raise ValueError(f"max_criteria must be >= 1, got {max_criteria}")
     limits = limits or ParseLimits()
+    copied = re.compile(r"\b(?:" + "|".join(map(re.escape, copies)) + r")\b", re.IGNORECASE) if copies else None
     items = [
         match.group("text")
         for line in text.splitlines()
@@ -195,7 +119,7 @@ def parse_criteria(
             not limits.min_chars <= len(item) <= limits.max_chars
             or item.endswith(":")
             or key in seen
-            or _EXAMPLE_COPY.search(item)
+            or (copied is not None and copied.search(item))
         ):
             continue
         seen.add(key)
@@ -281,22 +205,22 @@ def proposal_messages(
     template: str = DEFAULT_PROPOSAL_TEMPLATE,
     max_obs_chars: int = 160,
     max_steps: int = 30,
-    example: bool = True,
+    example: WorkedExample | None = None,
 ) -> list[dict[str, str]]:
     """Chat messages asking for one rubric bundle; ``attempts=None`` for offline (task-only) rubrics.
 
-    With ``example`` (the default), the request is preceded by a worked example: the same
-    template filled with `worked_example_for`'s task and attempts as a user turn, answered by
-    its bundle (at most ``max_criteria`` criteria, as a numbered list) as an assistant turn.
+    With an ``example`` (the env's, `orsd_gym.envs.presentation.example_for`), the request is
+    preceded by it: the same template filled with its task and attempts as a user turn,
+    answered by its bundle (at most ``max_criteria`` criteria, as a numbered list) as an
+    assistant turn.
     """
     attempts = list(attempts or [])
     rendered = [render_attempt(t, max_obs_chars=max_obs_chars, max_steps=max_steps) for t in attempts]
     messages = [{"role": "system", "content": system}] if system else []
-    if example:
-        shown = worked_example_for(task, attempts)
-        answer = "\n".join(f"{n}. {criterion}" for n, criterion in enumerate(shown.bundle[:max_criteria], start=1))
+    if example is not None:
+        answer = "\n".join(f"{n}. {criterion}" for n, criterion in enumerate(example.bundle[:max_criteria], start=1))
         messages += [
-            {"role": "user", "content": _request(template, shown.task, shown.attempts, max_criteria)},
+            {"role": "user", "content": _request(template, example.task, example.attempts, max_criteria)},
             {"role": "assistant", "content": answer},
         ]
     return messages + [{"role": "user", "content": _request(template, task, rendered, max_criteria)}]

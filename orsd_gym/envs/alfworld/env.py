@@ -10,6 +10,7 @@ from orsd_gym.envs.alfworld.engine import EngineState, PddlGameEngine
 from orsd_gym.envs.alfworld.generator import GeneratorConfig
 from orsd_gym.envs.alfworld.official import OFFICIAL_SPLITS, collect_official_tasks, resolve_data_dir
 from orsd_gym.envs.alfworld.pool import GeneratedTaskPool
+from orsd_gym.envs.alfworld.presentation import ALFWorldPresentation
 from orsd_gym.envs.alfworld.tasks import ALFWorldTask, normalize_task_types
 from orsd_gym.envs.alfworld.text import clean_observation
 from orsd_gym.envs.alfworld.worker import RecyclingEngine
@@ -29,7 +30,7 @@ SPLITS = (*GENERATED_SPLITS, *OFFICIAL_SPLITS)
 _HELD_OUT_SPLIT = {"generated": "generated_eval", "train": "valid_seen"}
 
 
-class ALFWorldEnv(TextEnv):
+class ALFWorldEnv(ALFWorldPresentation, TextEnv):
     """ALFWorld household tasks played on TextWorld's PDDL engine (Fast Downward inside).
 
     Args:

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from orsd_gym.envs.base import StepOutcome, TaskSplits, TextEnv
+from orsd_gym.envs.presentation import EnvPrompt
 from orsd_gym.errors import TaskSplitError
 
 _GUESS = re.compile(r"^\s*guess\s+(-?\d+)\s*$", re.IGNORECASE)
@@ -26,6 +27,13 @@ class GuessNumberEnv(TextEnv):
     ``k + 1``), the multiples of 5 (``split="eval"``, the held-out tasks) or the others
     (``split="train"``). Reward 1.0 on the right guess (terminated).
     """
+
+    prompt = EnvPrompt(
+        "You are playing a guessing game. Find the hidden number with as few guesses as possible. "
+        "Actions look like 'guess 7'; after each guess you are told to go higher or lower.",
+        show_admissible=False,
+        noop_action="guess 1",
+    )
 
     def __init__(self, high: int = 20, split: str = "all", render_mode: str | None = None) -> None:
         super().__init__(render_mode=render_mode)

@@ -20,6 +20,7 @@ from orsd_gym.envs.webshop.data import Catalog, build_catalog, load_catalog, res
 from orsd_gym.envs.webshop.expert import WebShopExpert
 from orsd_gym.envs.webshop.goals import SPLITS, TEST_GOALS, build_goals, split_goals, validate_goal
 from orsd_gym.envs.webshop.pages import OBSERVATION_MODES
+from orsd_gym.envs.webshop.presentation import WebShopPresentation
 from orsd_gym.envs.webshop.reward import DEFAULT_OPTION_MATCHING, OPTION_MATCHING, check_pos_tagger
 from orsd_gym.envs.webshop.search import ProductSearchEngine
 from orsd_gym.envs.webshop.shop import ShopSession
@@ -59,7 +60,7 @@ def load_shop_data(
     return ShopData(catalog, ProductSearchEngine(catalog.products), tuple(goals))
 
 
-class WebShopEnv(TextEnv):
+class WebShopEnv(WebShopPresentation, TextEnv):
     """WebShop: find and buy the product an instruction describes.
 
     Args:
