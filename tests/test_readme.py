@@ -77,9 +77,9 @@ def test_the_own_env_compare_runs_as_written(tmp_path):
     (line,) = [line for kind, code in BLOCKS if kind == "bash" for line in code.splitlines() if "echo_env:" in line]
     words = shlex.split(line)
     assert words[0] == "PYTHONPATH=." and words[1] == "orsd-gym"
-    small = ["model.name=tiny-random", "train.iterations=1", "rollout.tasks_per_iteration=2", "eval.num_tasks=2"]
+    small = ["model.name=tiny-random", "train.iterations=1", "rollout.tasks_per_iteration=2"]
     env = {**os.environ, "PYTHONPATH": ".", "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "orsd_gym.cli", *words[2:], "--seeds", "1", "--no-live", *small]
+    command = [sys.executable, "-m", "orsd_gym.cli", *words[2:], *small, "--seeds", "1", "--no-live"]
     done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=900, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     assert (tmp_path / "reports" / "echo" / "report.md").is_file()

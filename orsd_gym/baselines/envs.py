@@ -7,7 +7,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from orsd_gym.rollout.collector import TaskSpec
+from orsd_gym.envs.tasks import TaskSpec
 from orsd_gym.wrappers import AdmissibleChoice, FillActionTemplates, HistoryObservation, TaskSchedule, TextEncoder
 from orsd_gym.wrappers.encoders import make_encoder
 

@@ -9,7 +9,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from orsd_gym.rollout.collector import TaskSpec, as_task_spec
+from orsd_gym.envs.tasks import TaskSpec, as_task_spec
 from orsd_gym.wrappers import reset_arguments
 
 

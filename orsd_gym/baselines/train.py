@@ -23,7 +23,8 @@ from orsd_gym import jsonio
 from orsd_gym.baselines.algorithms import ALGORITHMS, SB3_ALGORITHMS, RandomAdmissibleAgent
 from orsd_gym.baselines.envs import make_choice_env
 from orsd_gym.baselines.evaluation import EvalPoint, evaluate
-from orsd_gym.rollout.collector import TaskSpec, as_task_spec, json_safe
+from orsd_gym.envs.tasks import TaskSpec, as_task_spec
+from orsd_gym.jsonio import json_safe
 from orsd_gym.wrappers import TextEncoder
 from orsd_gym.wrappers.encoders import make_encoder
 

@@ -13,8 +13,9 @@ given to `register_env_prompt`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 import gymnasium as gym
@@ -103,11 +104,18 @@ def presenter(env_id: str | None) -> Any:
     return DefaultPresentation
 
 
+#: Builds the concrete action for an admissible action *template* from the step's info.
+TemplateFiller = Callable[[dict[str, Any]], str]
+
+
 class DefaultPresentation:
     """The presentation of an env that says nothing about itself."""
 
     prompt = EnvPrompt()
     rubric_examples: tuple[WorkedExample, ...] = ()
+    #: Admissible actions that are templates (WebShop's ``search[<your query>]``) and how an agent
+    #: that only chooses among listed actions fills them (`orsd_gym.wrappers.FillActionTemplates`).
+    action_templates: Mapping[str, TemplateFiller] = MappingProxyType({})
 
     @classmethod
     def rubric_example(cls, task: str, info: Mapping[str, Any]) -> WorkedExample | None:

@@ -15,8 +15,12 @@ __all__ = ["RolloutOptions", "Trajectory", "TurnSpan", "group_by", "load_jsonl",
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("collect", "TaskSpec"):
-        from orsd_gym.rollout import collector
+    if name == "collect":
+        from orsd_gym.rollout.collector import collect
 
-        return getattr(collector, name)
+        return collect
+    if name == "TaskSpec":
+        from orsd_gym.envs.tasks import TaskSpec
+
+        return TaskSpec
     raise AttributeError(f"module 'orsd_gym.rollout' has no attribute {name!r}")

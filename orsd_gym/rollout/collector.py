@@ -36,7 +36,9 @@ import gymnasium as gym
 import numpy as np
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from orsd_gym.envs.tasks import TaskSpec, as_task_spec
 from orsd_gym.errors import ConfigError, EnvContractError
+from orsd_gym.jsonio import json_safe
 from orsd_gym.policies.base import Completion, Policy, SamplingParams
 from orsd_gym.rollout import prompts
 from orsd_gym.rollout.actions import choose_action, get_parser
@@ -56,14 +58,6 @@ PromptEdit = Callable[[list[dict[str, str]], dict[str, Any], int], list[dict[str
 #: Where `collect` makes the envs of an env id: in this process, or in Ray actors
 #: (`orsd_gym.rollout.ray_envs`).
 EnvBackend = Literal["local", "ray"]
-
-
-@dataclass(frozen=True)
-class TaskSpec:
-    """A task named explicitly: ``task_id`` of the env's task list, reset with ``seed``."""
-
-    seed: int
-    task_id: int | None = None
 
 
 @dataclass
@@ -97,38 +91,12 @@ class _Episode:
         return self.terminated or self.truncated
 
 
-def json_safe(value: Any) -> Any:
-    """A JSON-serialisable copy of an info value (numpy scalars/arrays become Python values)."""
-    if isinstance(value, dict):
-        return {str(k): json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
-    if isinstance(value, np.ndarray):
-        return json_safe(value.tolist())
-    if isinstance(value, np.generic):
-        return value.item()
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    return repr(value)
-
-
 def expert_teacher(info: dict[str, Any]) -> str:
     """The first action of the env's expert plan (``info["expert_actions"]``, e.g. ALFWorld's planner)."""
     plan = info.get("expert_actions") or []
     if not plan:
         raise ValueError("expert_teacher needs info['expert_actions']: make the env with expert=True")
     return str(plan[0])
-
-
-def as_task_spec(task: int | TaskSpec | dict[str, Any]) -> TaskSpec:
-    """A task as a `TaskSpec`: an int is a reset seed (the env picks the task from it)."""
-    if isinstance(task, TaskSpec):
-        return task
-    if isinstance(task, dict):
-        return TaskSpec(**task)
-    if isinstance(task, (int, np.integer)) and not isinstance(task, bool):
-        return TaskSpec(seed=int(task))
-    raise TypeError(f"a task is an int seed or a TaskSpec(seed, task_id), got {task!r}")
 
 
 def _turn_seed(seed: int, episode_id: int, turn: int) -> int:

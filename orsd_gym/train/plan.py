@@ -27,8 +27,8 @@ import numpy as np
 
 from orsd_gym.envs.base import TextEnv
 from orsd_gym.envs.registry import text_env_class
+from orsd_gym.envs.tasks import TaskSpec
 from orsd_gym.errors import OrsdGymError, TaskPlanError
-from orsd_gym.rollout.collector import TaskSpec
 from orsd_gym.train.config import Config
 from orsd_gym.train.seeds import TASKS, iteration_rng
 

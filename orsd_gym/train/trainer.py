@@ -31,10 +31,11 @@ from safetensors.torch import load_file
 from orsd_gym import configio, jsonio
 from orsd_gym.algos.base import PreparedBatch, make_algorithm
 from orsd_gym.allocator import return_freed_memory, trim_heap
+from orsd_gym.envs.tasks import TaskSpec
 from orsd_gym.errors import ConfigError
 from orsd_gym.policies.models import load_policy
 from orsd_gym.profiling import phase
-from orsd_gym.rollout.collector import TaskSpec, collect
+from orsd_gym.rollout.collector import collect
 from orsd_gym.rollout.stats import rollout_stats
 from orsd_gym.rollout.trajectory import save_jsonl
 from orsd_gym.train.checkpoint import (

@@ -13,10 +13,9 @@ from orsd_gym.wrappers.choice import EMPTY_SLOT_ACTION, AdmissibleChoice
 from orsd_gym.wrappers.encoders import HashedBagOfWords, ModelEncoder, TextEncoder, make_encoder
 from orsd_gym.wrappers.history import HistoryObservation
 from orsd_gym.wrappers.tasks import TaskSchedule, reset_arguments
-from orsd_gym.wrappers.templates import DEFAULT_FILLERS, FillActionTemplates, search_with_task
+from orsd_gym.wrappers.templates import FillActionTemplates
 
 __all__ = [
-    "DEFAULT_FILLERS",
     "EMPTY_SLOT_ACTION",
     "AdmissibleChoice",
     "FillActionTemplates",
@@ -28,5 +27,4 @@ __all__ = [
     "TextEncoder",
     "make_encoder",
     "reset_arguments",
-    "search_with_task",
 ]

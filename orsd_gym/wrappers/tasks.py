@@ -8,7 +8,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from orsd_gym.rollout.collector import TaskSpec, as_task_spec
+from orsd_gym.envs.tasks import TaskSpec, as_task_spec
 
 
 def reset_arguments(task: TaskSpec) -> dict[str, Any]:

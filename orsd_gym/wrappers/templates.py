@@ -3,32 +3,23 @@
 Some envs list an action *template* among their admissible actions: WebShop's search page offers
 ``search[<your query>]``. Played as is, it searches for the words "your query". An agent that
 only chooses among listed actions (`AdmissibleChoice`) needs a concrete action there instead.
+The env says which of its actions are templates and how to fill them
+(`TextEnv.action_templates`, `orsd_gym.envs.presentation`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import gymnasium as gym
 
-from orsd_gym.envs.webshop.shop import SEARCH_TEMPLATE
-
-#: Builds the concrete action for a template from the step's info.
-TemplateFiller = Callable[[dict[str, Any]], str]
-
-
-def search_with_task(info: dict[str, Any]) -> str:
-    """``search[<the task text>]``: WebShop's rule-based baseline searches with the instruction."""
-    return f"search[{info['task']}]"
-
-
-#: Templates of the built-in envs and how the baselines fill them.
-DEFAULT_FILLERS: dict[str, TemplateFiller] = {SEARCH_TEMPLATE: search_with_task}
+from orsd_gym.envs.presentation import TemplateFiller
 
 
 class FillActionTemplates(gym.Wrapper, gym.utils.RecordConstructorArgs):
-    """Rewrite each admissible action that is a key of ``fillers`` into ``fillers[action](info)``.
+    """Rewrite each admissible action that is a key of ``fillers`` into ``fillers[action](info)``
+    (None: the env's own `action_templates`).
 
     Only ``info["admissible_actions"]`` changes; the env still accepts any string. Fillers must be
     picklable (module-level functions) for subprocess vector envs.
@@ -37,7 +28,8 @@ class FillActionTemplates(gym.Wrapper, gym.utils.RecordConstructorArgs):
     def __init__(self, env: gym.Env, fillers: Mapping[str, TemplateFiller] | None = None) -> None:
         gym.utils.RecordConstructorArgs.__init__(self, fillers=fillers)
         gym.Wrapper.__init__(self, env)
-        self.fillers = dict(DEFAULT_FILLERS if fillers is None else fillers)
+        own = getattr(type(env.unwrapped), "action_templates", {})
+        self.fillers = dict(own if fillers is None else fillers)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         observation, info = self.env.reset(seed=seed, options=options)

@@ -78,10 +78,6 @@ class PddlGameEngine:
         self._loaded: str | None = None
         self._state: EngineState | None = None
 
-    @property
-    def loaded_game(self) -> str | None:
-        return self._loaded
-
     def reset(self, game_file: str) -> EngineState:
         """Start ``game_file`` from its initial state."""
         if self._env is None:

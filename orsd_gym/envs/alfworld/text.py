@@ -8,20 +8,11 @@ _BANNER = re.compile(r"^\s*-= Welcome to TextWorld, ALFRED! =-\s*")
 # The 2.1.1 games narrate every move as "You arrive at loc 14. On the desk 1, ..."; the location
 # number means nothing to an agent, so harnesses drop it.
 _ARRIVE_AT_LOC = re.compile(r"You arrive at loc \d+\. ")
-_GOAL = re.compile(r"Your task is to: (.+?)\.?\s*$", re.S)
 
 
 def clean_observation(text: str) -> str:
     """Drop the welcome banner and the "You arrive at loc N. " artifact."""
     return _ARRIVE_AT_LOC.sub("", _BANNER.sub("", text)).strip()
-
-
-def goal_from_intro(intro: str) -> str:
-    """The goal sentence of a first observation ("Your task is to: X." -> "X")."""
-    match = _GOAL.search(intro)
-    if match is None:
-        raise ValueError(f"no 'Your task is to:' sentence in {intro[-200:]!r}")
-    return match.group(1).strip()
 
 
 _GRAMMAR_TASK = re.compile(r'"rhs": "Your task is to: (.*?)\.?"')

@@ -1,4 +1,5 @@
-"""How WebShop is presented: its prompt and its expert's criteria (no rubric worked example).
+"""How WebShop is presented: its prompt, its expert's criteria, its search template (no rubric
+worked example).
 
 The expert's plan (``search[...]`` / ``click[...]``) reads as criteria saying what to search
 for, which product to open (and on which results page), which options to select, and buying it
@@ -8,8 +9,11 @@ after the options.
 from __future__ import annotations
 
 import re
+from types import MappingProxyType
+from typing import Any
 
 from orsd_gym.envs.presentation import Criterion, DefaultPresentation, EnvPrompt
+from orsd_gym.envs.webshop.shop import SEARCH_TEMPLATE
 
 _WEB_ACTION = re.compile(r"^(?P<kind>search|click)\[(?P<argument>.*)\]$")
 #: Buttons (clicked text, lower-cased) that move between pages rather than choose something.
@@ -26,10 +30,16 @@ WEBSHOP_PROMPT = EnvPrompt(
 )
 
 
+def search_with_task(info: dict[str, Any]) -> str:
+    """``search[<the task text>]``: WebShop's rule-based baseline searches with the instruction."""
+    return f"search[{info['task']}]"
+
+
 class WebShopPresentation(DefaultPresentation):
     """WebShop's presentation hooks (`orsd_gym.envs.presentation`), mixed into its env."""
 
     prompt = WEBSHOP_PROMPT
+    action_templates = MappingProxyType({SEARCH_TEMPLATE: search_with_task})
 
     @classmethod
     def expert_criteria(cls, actions: list[str], max_criteria: int) -> list[Criterion]:
