@@ -126,23 +126,15 @@ def apply_override(data: dict[str, Any], override: str) -> None:
 
 
 def _coerce(annotation: Any, value: Any, key: str) -> Any:
-    origin = get_origin(annotation)
-    args = get_args(annotation)
+    """``value`` checked (and where lossless, converted) against the field type ``annotation``."""
     if annotation is Any:
         return value
+    origin = get_origin(annotation)
     if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        errors = []
-        for option in (a for a in args if a is not type(None)):
-            try:
-                return _coerce(option, value, key)
-            except ConfigError as error:
-                errors.append(str(error))
-        raise ConfigError(errors[0] if errors else f"{key}: invalid value {value!r}")
+        return _coerce_union(get_args(annotation), value, key)
     if origin is Literal:
-        if value not in args:
-            raise ConfigError(f"{key}: {value!r} is not one of {', '.join(map(repr, args))}")
+        if value not in get_args(annotation):
+            raise ConfigError(f"{key}: {value!r} is not one of {', '.join(map(repr, get_args(annotation)))}")
         return value
     if dataclasses.is_dataclass(annotation):
         if isinstance(value, annotation):
@@ -151,36 +143,65 @@ def _coerce(annotation: Any, value: Any, key: str) -> Any:
             raise ConfigError(f"{key}: expected a section (mapping), got {value!r}")
         return from_dict(annotation, value, prefix=f"{key}.")
     if origin in (list, tuple, Sequence) or annotation in (list, tuple):
-        if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{key}: expected a list, got {value!r}")
-        item_type = args[0] if args else Any
-        items = [_coerce(item_type, item, f"{key}[{i}]") for i, item in enumerate(value)]
-        return tuple(items) if origin is tuple or annotation is tuple else items
+        return _coerce_sequence(annotation, value, key)
     if origin is dict or annotation is dict:
         if not isinstance(value, Mapping):
             raise ConfigError(f"{key}: expected a mapping, got {value!r}")
         return dict(value)
-    if annotation is bool:
-        if isinstance(value, bool):
-            return value
-        raise ConfigError(f"{key}: expected true/false, got {value!r}")
-    if annotation is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            if isinstance(value, float) and value.is_integer():
-                return int(value)
-            raise ConfigError(f"{key}: expected an integer, got {value!r}")
+    scalar = _SCALARS.get(annotation)
+    return scalar(value, key) if scalar is not None else value
+
+
+def _coerce_union(options: tuple[Any, ...], value: Any, key: str) -> Any:
+    if value is None and type(None) in options:
+        return None
+    errors = []
+    for option in (a for a in options if a is not type(None)):
+        try:
+            return _coerce(option, value, key)
+        except ConfigError as error:
+            errors.append(str(error))
+    raise ConfigError(errors[0] if errors else f"{key}: invalid value {value!r}")
+
+
+def _coerce_sequence(annotation: Any, value: Any, key: str) -> Any:
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+        raise ConfigError(f"{key}: expected a list, got {value!r}")
+    args = get_args(annotation)
+    item_type = args[0] if args else Any
+    items = [_coerce(item_type, item, f"{key}[{i}]") for i, item in enumerate(value)]
+    return tuple(items) if get_origin(annotation) is tuple or annotation is tuple else items
+
+
+def _coerce_bool(value: Any, key: str) -> bool:
+    if isinstance(value, bool):
         return value
-    if annotation is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            if isinstance(value, str):
-                try:
-                    return float(value)  # YAML reads "1e-5" as a string
-                except ValueError:
-                    pass
-            raise ConfigError(f"{key}: expected a number, got {value!r}")
-        return float(value)
-    if annotation is str:
-        if not isinstance(value, str):
-            raise ConfigError(f"{key}: expected a string, got {value!r}")
-        return value
+    raise ConfigError(f"{key}: expected true/false, got {value!r}")
+
+
+def _coerce_int(value: Any, key: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        raise ConfigError(f"{key}: expected an integer, got {value!r}")
     return value
+
+
+def _coerce_float(value: Any, key: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if isinstance(value, str):
+            try:
+                return float(value)  # YAML reads "1e-5" as a string
+            except ValueError:
+                pass
+        raise ConfigError(f"{key}: expected a number, got {value!r}")
+    return float(value)
+
+
+def _coerce_str(value: Any, key: str) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(f"{key}: expected a string, got {value!r}")
+    return value
+
+
+_SCALARS = {bool: _coerce_bool, int: _coerce_int, float: _coerce_float, str: _coerce_str}
