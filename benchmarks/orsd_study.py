@@ -33,9 +33,9 @@ from rich.console import Console
 
 from orsd_gym import configio
 from orsd_gym.cli.options import add_allow_change, allowed_changes
-from orsd_gym.train.compare import compare
+from orsd_gym.experiments.compare import compare
+from orsd_gym.experiments.report import print_summary
 from orsd_gym.train.config import Config
-from orsd_gym.train.report import print_summary
 
 ARMS = ["grpo", "orsd", "orsd:expert", "orsd:shuffled"]
 #: Distinct held-out tasks every evaluation plays (the rooms have 96).

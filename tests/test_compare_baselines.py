@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from orsd_gym.train.compare import Arm, compare
+from orsd_gym.experiments.compare import Arm, compare
 from orsd_gym.train.config import load_config
 from orsd_gym.train.metrics import read_metrics
 

@@ -16,9 +16,10 @@ from orsd_gym.algos.base import make_algorithm
 from orsd_gym.algos.orsd.sources import ShuffledRubrics, file_bundles, load_rubric_file
 from orsd_gym.envs import StepOutcome, TextEnv, register_text_env
 from orsd_gym.errors import ConfigError, UsageError
-from orsd_gym.train.compare import Arm, compare, run_config
+from orsd_gym.experiments.compare import Arm, compare, run_config
+from orsd_gym.experiments.plots import coinciding_arms
 from orsd_gym.train.config import load_config, resolve_algo
-from orsd_gym.train.report import Estimate, coinciding_arms, mean_ci
+from orsd_gym.train.stats import Estimate, mean_ci
 
 
 def test_arms_name_an_algorithm_and_a_rubric_source(tmp_path):

@@ -7,9 +7,10 @@ import math
 
 import pytest
 
-from orsd_gym.train.compare import RunResult
+from orsd_gym.experiments.compare import RunResult
+from orsd_gym.experiments.report import effect_statement, print_summary, summarise, write_report
 from orsd_gym.train.config import Config
-from orsd_gym.train.report import effect_statement, mean_ci, print_summary, summarise, write_report
+from orsd_gym.train.stats import mean_ci
 
 
 def test_mean_ci_matches_hand_computation():
@@ -152,7 +153,7 @@ def test_results_json_is_strict_json_with_one_seed(tmp_path):
 
 
 def test_equal_curves_are_drawn_with_equal_values_inside_the_metric_range(tmp_path):
-    from orsd_gym.train.report import plot_curves
+    from orsd_gym.experiments.plots import plot_curves
 
     results = [_run(algo, 0, [0.0, 0.5, 0.5], tmp_path) for algo in ("grpo", "orsd", "orsd:expert")]
     drawn = plot_curves(summarise(results), tmp_path / "curve.png", "eval/success_rate", "success")

@@ -16,8 +16,8 @@ from resumable_env import ENV_ID as VOWEL_ENV
 
 from orsd_gym.cli import main
 from orsd_gym.errors import RunDirectoryError
+from orsd_gym.experiments.compare import compare
 from orsd_gym.rollout import load_jsonl
-from orsd_gym.train.compare import compare
 from orsd_gym.train.config import load_config
 from orsd_gym.train.metrics import read_metrics
 from orsd_gym.train.rundir import config_differences

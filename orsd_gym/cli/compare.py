@@ -11,9 +11,9 @@ from rich.console import Console
 from orsd_gym import configio
 from orsd_gym.cli.options import add_allow_change, add_json, add_no_live, add_threads, allowed_changes, threads_override
 from orsd_gym.errors import UsageError
-from orsd_gym.train.compare import Arm, compare, run_config
+from orsd_gym.experiments.compare import Arm, compare, run_config
+from orsd_gym.experiments.report import print_summary
 from orsd_gym.train.config import Config
-from orsd_gym.train.report import print_summary
 
 #: What `orsd-gym` prints after Ctrl-C.
 CONTINUE_HINT = "run the same command again to continue (finished runs are reused, others resume from their checkpoint)"

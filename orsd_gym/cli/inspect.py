@@ -9,8 +9,8 @@ import yaml
 from rich.console import Console
 
 from orsd_gym.errors import UsageError
+from orsd_gym.experiments.credit import load_credit, render_html, render_terminal
 from orsd_gym.policies.models import load_tokenizer
-from orsd_gym.train.credit import load_credit, render_html, render_terminal
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -42,7 +42,7 @@ from orsd_gym.errors import ConfigError
 from orsd_gym.rollout.collector import PromptEdit
 from orsd_gym.rollout.stats import episodes_of
 from orsd_gym.rollout.trajectory import Trajectory
-from orsd_gym.train.report import mean_ci
+from orsd_gym.train.stats import mean_ci
 
 #: Criteria of an expert rubric when neither the eval config nor the algorithm says.
 DEFAULT_MAX_CRITERIA = 4

@@ -10,77 +10,21 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from orsd_gym import jsonio
+from orsd_gym.experiments.plots import METRIC_RANGES, coinciding_arms, plot_curves
+from orsd_gym.train.stats import Estimate, mean_ci, number_or_nan
 
-# Two-sided 95% Student t critical values by degrees of freedom (df > 30: normal approx).
-_T95 = dict(
-    enumerate(
-        (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131)
-        + (2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042),
-        start=1,
-    )
-)
 #: Below this many seeds an interval is reported but called too wide to separate arms.
 FEW_SEEDS = 3
 
 METRICS = (("success", "eval/success_rate"), ("score", "eval/mean_return"))
-#: The range a metric (and a difference of two) can take: intervals are clipped to it. The
-#: built-in envs' returns lie in [0, 1] (success, WebShop's score).
-RANGES = {"success": (0.0, 1.0), "score": (0.0, 1.0)}
-
-
-@dataclass
-class Estimate:
-    """A mean across seeds with its two-sided 95% t interval, clipped to the metric's range."""
-
-    mean: float
-    half_width: float  # of the 95% CI; nan with fewer than 2 seeds
-    n: int
-    bounds: tuple[float, float] = (-math.inf, math.inf)
-
-    @property
-    def low(self) -> float:
-        return max(self.mean - self.half_width, self.bounds[0])
-
-    @property
-    def high(self) -> float:
-        return min(self.mean + self.half_width, self.bounds[1])
-
-    def __str__(self) -> str:
-        if self.n < 2 or math.isnan(self.half_width):
-            return f"{self.mean:.3f} (n={self.n}: no interval)"
-        return f"{self.mean:.3f} [{self.low:.3f}, {self.high:.3f}]"
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"mean": self.mean, "ci95": self.half_width, "n": self.n, "low": self.low, "high": self.high}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any], bounds: tuple[float, float]) -> Estimate:
-        """From `as_dict` or results.json, where a missing mean or interval is null."""
-        return cls(_number(data["mean"]), _number(data["ci95"]), data["n"], bounds)
-
-
-def _number(value: float | None) -> float:
-    return math.nan if value is None else float(value)
-
-
-def mean_ci(values: list[float], bounds: tuple[float, float] = (-math.inf, math.inf)) -> Estimate:
-    """Mean and the two-sided 95% t confidence interval (clipped to ``bounds``)."""
-    values = [float(v) for v in values]
-    n = len(values)
-    if n == 0:
-        return Estimate(math.nan, math.nan, 0, bounds)
-    mean = float(np.mean(values))
-    if n < 2:
-        return Estimate(mean, math.nan, n, bounds)
-    t = _T95.get(n - 1, 1.96)
-    return Estimate(mean, t * float(np.std(values, ddof=1)) / math.sqrt(n), n, bounds)
+#: The range a metric (and a difference of two) can take: intervals are clipped to it.
+RANGES = {label: METRIC_RANGES[key] for label, key in METRICS}
 
 
 def _difference_bounds(label: str) -> tuple[float, float]:
@@ -119,7 +63,7 @@ def summarise(results: list[Any]) -> dict[str, Any]:
                 "orsd_abs_delta_mean": _mean_metric(r.metrics, "orsd/abs_delta_mean"),
                 "credit_alignment": _mean_metric(r.metrics, "orsd/credit_alignment"),
                 "grad_norm": _mean_metric(r.metrics, "loss/grad_norm"),
-                # A classic-RL baseline's run has no training iterations (see `orsd_gym.train.baseline_runs`).
+                # A classic-RL baseline's run has no training iterations (see `orsd_gym.experiments.baseline_runs`).
                 "baseline_env_steps_per_second": _mean_metric(r.metrics, "baseline/env_steps_per_second"),
                 "zero_adv_group_frac": _mean_metric(r.metrics, "algo/zero_adv_group_frac"),
                 "mixed_group_frac": _mixed_group_frac(r.metrics),
@@ -239,76 +183,6 @@ def _mixed_group_frac(metrics: list[dict]) -> float | None:
     return None if zero is None else 1.0 - zero
 
 
-#: How arms are told apart in plots even where their curves coincide.
-_STYLES = ("-", "--", ":", "-.")
-_MARKERS = ("o", "s", "^", "D", "v", "P")
-
-
-def plot_curves(summary: dict[str, Any], path: Path, key: str, ylabel: str) -> dict[str, Any]:
-    """Per arm: its seeds' mean curve (own colour, line style and marker) and a band from the
-    lowest to the highest seed, on a y-axis spanning the metric's range. Curves that coincide
-    are drawn a few points apart on the page (an offset of the drawing, not of the data, so
-    every curve keeps its values); the report names them. Returns what was drawn: each arm's
-    y values and the y-axis limits."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.transforms import offset_copy
-
-    fig, ax = plt.subplots(figsize=(7.0, 4.2), dpi=120)
-    algos = summary["algos"]
-    drawn: dict[str, Any] = {"lines": {}}
-    for index, algo in enumerate(algos):
-        curves = [run["curve"] for run in summary["runs"].values() if run["algo"] == algo]
-        if not curves:
-            continue
-        length = min(len(c) for c in curves)
-        xs = np.mean([[p["env_steps"] for p in c[:length]] for c in curves], axis=0)
-        ys = np.array([[p[key] if p[key] is not None else np.nan for p in c[:length]] for c in curves], dtype=float)
-        shift = offset_copy(ax.transData, fig=fig, y=(index - (len(algos) - 1) / 2) * 2.5, units="points")
-        colour, style, marker = f"C{index}", _STYLES[index % len(_STYLES)], _MARKERS[index % len(_MARKERS)]
-        if len(curves) > 1:
-            ax.fill_between(xs, ys.min(axis=0), ys.max(axis=0), color=colour, alpha=0.12, linewidth=0)
-        label = f"{algo} (mean of {len(curves)} seed{'s' if len(curves) > 1 else ''})"
-        (line,) = ax.plot(
-            xs, ys.mean(axis=0), color=colour, linestyle=style, marker=marker, linewidth=2, label=label, transform=shift
-        )
-        line.set_clip_on(False)  # a curve on the range's edge (success 0 or 1) stays whole
-        line.set_in_layout(False)
-        drawn["lines"][algo] = np.asarray(line.get_ydata(), dtype=float)
-    low, high = _range_of(key)
-    ax.set_ylim(low, high)
-    drawn["ylim"] = ax.get_ylim()
-    ax.set_xlabel("environment steps")
-    ax.set_ylabel(ylabel)
-    ax.grid(alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:  # runs without evaluations draw nothing to label
-        ax.legend(title="band: lowest to highest seed", fontsize=8, title_fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return drawn
-
-
-def _range_of(key: str) -> tuple[float, float]:
-    """The range the metric ``key`` can take (`RANGES`)."""
-    label = next(label for label, metric in METRICS if metric == key)
-    return RANGES[label]
-
-
-def coinciding_arms(summary: dict[str, Any], key: str = "eval/success_rate") -> list[tuple[str, str]]:
-    """Pairs of arms whose mean curves are identical at every evaluation (drawn on top of each other)."""
-    means = {}
-    for algo in summary["algos"]:
-        curves = [run["curve"] for run in summary["runs"].values() if run["algo"] == algo]
-        if curves:
-            length = min(len(c) for c in curves)
-            means[algo] = [round(float(np.mean([c[i][key] for c in curves])), 9) for i in range(length)]
-    names = list(means)
-    return [(a, b) for i, a in enumerate(names) for b in names[i + 1 :] if means[a] == means[b]]
-
-
 def effect_statement(summary: dict[str, Any]) -> list[str]:
     """Plain-language reading of each paired difference against seed noise."""
     lines = []
@@ -320,13 +194,13 @@ def effect_statement(summary: dict[str, Any]) -> list[str]:
             continue
         row = summary["table"][baseline]
         # Read back from results.json, a number that does not exist is null.
-        noise = [_number(row.get(f"{when}_success_seed_sd")) for when in ("start", "final")]
+        noise = [number_or_nan(row.get(f"{when}_success_seed_sd")) for when in ("start", "final")]
         noise_text = (
             f"; seed-to-seed sd of {baseline}'s success: {noise[0]:.3f} at the start, {noise[1]:.3f} at the end"
             if not any(math.isnan(x) for x in noise)
             else ""
         )
-        if n < 2 or math.isnan(_number(diff["ci95"])):
+        if n < 2 or math.isnan(number_or_nan(diff["ci95"])):
             lines.append(
                 f"- {name}: final success differs by {diff['mean']:+.3f} on a single seed; "
                 "one seed cannot separate an effect from seed noise."

@@ -5,7 +5,7 @@ that seed), on the same training tasks (drawn from ``(seed, iteration)`` only), 
 environment-interaction budget (iterations x tasks x group size, same turn limits) and is
 evaluated on the same held-out tasks (the task plan: `orsd_gym.train.plan`). The report
 directory then gets ``report.md``, ``results.json`` and PNG learning curves (see
-`orsd_gym.train.report`).
+`orsd_gym.experiments.report`).
 """
 
 from __future__ import annotations
@@ -26,12 +26,12 @@ from orsd_gym import configio
 from orsd_gym.algos.orsd.sources import RubricSource
 from orsd_gym.allocator import trim_heap
 from orsd_gym.errors import UsageError
-from orsd_gym.train.baseline_runs import run_baseline
+from orsd_gym.experiments.baseline_runs import run_baseline
+from orsd_gym.experiments.report import write_report
 from orsd_gym.train.checkpoint import list_checkpoints
 from orsd_gym.train.config import Config, resolve_algo
 from orsd_gym.train.launch import train, under_torchrun
 from orsd_gym.train.metrics import read_metrics
-from orsd_gym.train.report import write_report
 from orsd_gym.train.validation import validate_settings
 from orsd_gym.writable import writable_directory
 
