@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from orsd_gym.algos.orsd import algorithm as orsd_algorithm
+from orsd_gym.algos.orsd import proposer as orsd_proposer
 from orsd_gym.algos.orsd.algorithm import ORSD
 from orsd_gym.algos.orsd.expert_rubric import expert_bundle_for
 from orsd_gym.algos.orsd.rubrics import parse_criteria, proposal_messages, render_attempt
@@ -44,7 +44,7 @@ from orsd_gym.algos.orsd.selection import spearman
 from orsd_gym.algos.orsd.verifier import Judgement, Verifier
 from orsd_gym.policies.models import load_policy
 from orsd_gym.rollout.trajectory import load_jsonl, save_jsonl
-from orsd_gym.train.config import load_config, validate_algo
+from orsd_gym.train.config import load_config, resolve_algo
 from orsd_gym.train.plan import build_task_plan, merge_kwargs
 from orsd_gym.train.warm_start import ensure_warm_start
 
@@ -83,15 +83,20 @@ def make_rollouts(config: Any, policy: Any, path: Path, seed: int) -> list:
 
 @contextlib.contextmanager
 def variant(example: bool, plain_lines: bool) -> Iterator[None]:
-    """ORSD's proposal step with the worked example and the parser's plain lines switched as
-    asked (the variants differ only in these two calls)."""
-    saved = orsd_algorithm.proposal_messages, orsd_algorithm.parse_criteria
-    orsd_algorithm.proposal_messages = functools.partial(proposal_messages, example=example)
-    orsd_algorithm.parse_criteria = functools.partial(parse_criteria, plain_lines=plain_lines)
+    """ORSD's proposal step with the env's worked example and the parser's plain lines switched
+    as asked (the variants differ only in these two calls)."""
+    saved = orsd_proposer.proposal_messages, orsd_proposer.parse_criteria
+    if not example:
+        orsd_proposer.proposal_messages = _without_example
+    orsd_proposer.parse_criteria = functools.partial(parse_criteria, plain_lines=plain_lines)
     try:
         yield
     finally:
-        orsd_algorithm.proposal_messages, orsd_algorithm.parse_criteria = saved
+        orsd_proposer.proposal_messages, orsd_proposer.parse_criteria = saved
+
+
+def _without_example(*args: Any, **kwargs: Any) -> list[dict[str, str]]:
+    return proposal_messages(*args, **{**kwargs, "example": None})
 
 
 def measure(orsd: ORSD, trajectories: list, policy: Any, repeats: int, seed: int) -> dict[str, Any]:
@@ -207,7 +212,7 @@ def main() -> None:
     else:
         trajectories = make_rollouts(config, policy, args.rollouts, args.seed)
     setup_seconds = time.perf_counter() - started
-    orsd_config = dataclasses.replace(validate_algo(config), num_bundles=args.bundles)
+    orsd_config = dataclasses.replace(resolve_algo(config), num_bundles=args.bundles)
     orsd = ORSD(orsd_config, verifier=policy.copy_frozen())
     results: dict[str, Any] = {
         "config": {

@@ -239,18 +239,20 @@ def test_orsd_on_collector_rollouts(policy, layout):
 
 
 def test_proposal_prompt_shrinks_to_its_token_budget(policy, batch):
-    from orsd_gym.algos.orsd.algorithm import _GroupWork
+    from orsd_gym.algos.orsd.groups import GroupWork
+    from orsd_gym.envs.alfworld.presentation import ALFWORLD_EXAMPLES
 
-    group = _GroupWork(0, [0, 1], [0, 1], batch[0].task, "k", [1.0, 0.0], [])
+    group = GroupWork(0, [0, 1], [0, 1], batch[0].task, "k", [1.0, 0.0], [])
+    example = ALFWORLD_EXAMPLES[0]
     long_attempts = [
         dataclasses.replace(
             t, actions=[f"look {i}" for i in range(40)], observations=["start"] + [f"room {i} " * 8 for i in range(40)]
         )
         for t in batch[:2]
     ]
-    roomy = make_algorithm("orsd", {"attempt_max_steps": 32})._proposal_context(group, long_attempts, policy)
+    roomy = make_algorithm("orsd", {"attempt_max_steps": 32}).proposer.context(group, long_attempts, example, policy)
     # The worked example takes about 330 tokens of the budget.
     tight = make_algorithm("orsd", {"attempt_max_steps": 32, "proposal_max_context_tokens": 700})
-    context = tight._proposal_context(group, long_attempts, policy)
+    context = tight.proposer.context(group, long_attempts, example, policy)
     assert len(context) <= 700 < len(roomy)
     assert "steps omitted" in policy.tokenizer.decode(context)

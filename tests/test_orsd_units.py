@@ -284,12 +284,12 @@ def test_parse_criteria_drops_headings_and_stray_numbers():
 
 
 def test_a_proposal_cut_by_the_token_limit_loses_its_unfinished_line():
-    from orsd_gym.algos.orsd.algorithm import _complete_lines
+    from orsd_gym.algos.orsd.proposer import complete_lines
     from orsd_gym.policies.base import Completion
 
     text = "1. Opens the fridge first\n2. Takes the apple before going to the"
-    assert parse_criteria(_complete_lines(Completion([], [], text, "length")), 4) == ["Opens the fridge first"]
-    assert len(parse_criteria(_complete_lines(Completion([], [], text, "eos")), 4)) == 2
+    assert parse_criteria(complete_lines(Completion([], [], text, "length")), 4) == ["Opens the fridge first"]
+    assert len(parse_criteria(complete_lines(Completion([], [], text, "eos")), 4)) == 2
 
 
 SMALL_MODEL_ANSWER = """Sure! Here are the criteria for the task:

@@ -72,7 +72,7 @@ def test_orsd_workers_share_their_offline_rubrics_and_shuffled_pool():
     # Loaded by every worker, the merged pool lends another task's rubric to a third task.
     orsd.load_state_dict(merged)
     assert orsd.state_dict()["shuffled_pool"] == merged["shuffled_pool"]
-    assert orsd.shuffled.lend("C", np.random.default_rng(0))[0] in ("A", "B")
+    assert orsd.lending.pool.lend("C", np.random.default_rng(0))[0] in ("A", "B")
     with pytest.raises(ValueError, match="differs between workers"):
         make_algorithm("grpo").merge_worker_states([{}, {"x": 1}])
 

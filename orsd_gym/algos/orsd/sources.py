@@ -23,7 +23,12 @@ from typing import Any, Literal
 import numpy as np
 import yaml
 
+from orsd_gym.algos.base import Peers
+from orsd_gym.algos.orsd.expert_rubric import expert_bundle_for
+from orsd_gym.algos.orsd.groups import GroupWork
 from orsd_gym.errors import ConfigError
+from orsd_gym.policies.base import Policy
+from orsd_gym.rollout.trajectory import Trajectory
 
 RubricSource = Literal["policy", "expert", "shuffled", "file"]
 #: Sources whose single bundle is applied without the alignment gate (the controls).
@@ -82,3 +87,86 @@ class ShuffledRubrics:
 
     def state(self) -> dict[str, Any]:
         return {k: list(v) for k, v in self.pool.items()}
+
+
+class ExpertRubrics:
+    """The positive control: one bundle per group restating the env expert's plan."""
+
+    def __init__(self, max_criteria: int) -> None:
+        self.max_criteria = max_criteria
+
+    def fill(self, groups: list[GroupWork], trajs: list[Trajectory], policy: Policy, rng: np.random.Generator) -> None:
+        for group in groups:
+            bundle = expert_bundle_for(trajs[group.attempts[0]], self.max_criteria)
+            group.bundles = [bundle] if bundle else []
+            group.reason = "" if bundle else "the expert's plan is empty"
+
+
+class FileRubrics:
+    """A person's rubrics: the file's bundles for each group's task."""
+
+    def __init__(self, table: Mapping[str, list[list[str]]]) -> None:
+        self.table = table
+
+    def fill(self, groups: list[GroupWork], trajs: list[Trajectory], policy: Policy, rng: np.random.Generator) -> None:
+        for group in groups:
+            group.bundles = file_bundles(self.table, group.task_key)
+
+
+class PolicyRubrics:
+    """The method: the policy writes the candidates (`orsd_gym.algos.orsd.proposer.Proposer`)."""
+
+    def __init__(self, proposer: Any) -> None:
+        self.proposer = proposer
+
+    def fill(self, groups: list[GroupWork], trajs: list[Trajectory], policy: Policy, rng: np.random.Generator) -> None:
+        self.proposer.propose(groups, trajs, policy, rng)
+
+
+class NoRubrics:
+    """Nothing before lending (a shuffled control of expert bundles writes none of its own)."""
+
+    def fill(self, groups: list[GroupWork], trajs: list[Trajectory], policy: Policy, rng: np.random.Generator) -> None:
+        return None
+
+
+class Lending:
+    """The negative control's lending: each mixed group gets a rubric written for another task."""
+
+    def __init__(self, from_policy: bool, max_criteria: int) -> None:
+        self.from_policy = from_policy
+        self.max_criteria = max_criteria
+        self.pool = ShuffledRubrics()
+
+    def lend(
+        self,
+        groups: list[GroupWork],
+        active: list[GroupWork],
+        trajs: list[Trajectory],
+        rng: np.random.Generator,
+        peers: Peers,
+    ) -> None:
+        """Replace each mixed group's bundles with one other task's (to be verified and applied).
+
+        The pool first learns the rubric of every task of the batch, the other workers' groups
+        included (expert bundles: every group's, mixed or not; the policy's: each selected one),
+        in group order; each group then borrows with a generator of its own, drawn from a seed
+        worker 0 draws, so N workers lend exactly what one process lends."""
+        if self.from_policy:
+            found = [(g.task_key, g.bundles[g.selected]) for g in groups if g.selected is not None]
+        else:
+            plans = [(g.task_key, expert_bundle_for(trajs[g.attempts[0]], self.max_criteria)) for g in groups]
+            found = [(key, bundle) for key, bundle in plans if bundle]
+        shares = peers.all_gather((found, int(rng.integers(2**63 - 1))))
+        for share, _ in shares:
+            for key, bundle in share:
+                self.pool.remember(key, bundle)
+        seed = shares[0][1]
+        for group in active:
+            lent = self.pool.lend(group.task_key, np.random.default_rng([seed, group.group_id]))
+            group.bundles, group.scores, group.correlations, group.selected = [], None, None, None
+            if lent is None:
+                group.reason = "no rubric of another task yet"
+                continue
+            group.lent_from, bundle = lent
+            group.bundles = [bundle]
