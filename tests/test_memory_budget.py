@@ -6,7 +6,6 @@ import os
 import platform
 import subprocess
 import sys
-from types import SimpleNamespace
 
 import pytest
 
@@ -14,21 +13,17 @@ torch = pytest.importorskip("torch")
 
 from orsd_gym.algos import make_algorithm  # noqa: E402
 from orsd_gym.errors import MemoryBudgetError  # noqa: E402
+from orsd_gym.policies.batching import micro_batches  # noqa: E402
 from orsd_gym.train.config import OptimConfig  # noqa: E402
 from orsd_gym.train.update import (  # noqa: E402
     RUNTIME_ALLOWANCE_GB,
     activation_budget,
     make_optimizer,
-    micro_batches,
 )
 
 
-def _trajectories(lengths):
-    return [SimpleNamespace(token_ids=[1] * n) for n in lengths]  # all micro_batches reads
-
-
 def test_micro_batches_respect_both_budgets():
-    trajs = _trajectories([100, 100, 100, 100, 300])
+    trajs = [100, 100, 100, 100, 300]  # row lengths
     assert micro_batches(range(5), trajs, token_budget=10_000) == [[0, 1, 2, 3, 4]]
     # At most two rows, whatever the tokens allow; a row that fits nothing still goes alone.
     two_rows = lambda rows, length: rows <= 2  # noqa: E731

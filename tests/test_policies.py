@@ -11,7 +11,8 @@ from orsd_gym.errors import ContextTooLongError, ModelNotFoundError
 torch = pytest.importorskip("torch")
 
 from orsd_gym.policies.base import Policy, SamplingParams  # noqa: E402
-from orsd_gym.policies.hf import LoRASettings  # noqa: E402
+from orsd_gym.policies.batching import longest_first, micro_batches  # noqa: E402
+from orsd_gym.policies.lora import LoRASettings  # noqa: E402
 from orsd_gym.policies.models import load_policy, smollm2_gguf_path  # noqa: E402
 
 torch.set_num_threads(1)
@@ -92,7 +93,8 @@ def test_micro_batching_matches_one_batch(policy):
     old_budget = policy.token_budget, policy.logits_chunk
     try:
         policy.token_budget, policy.logits_chunk = 40, 7  # one sequence per micro-batch, several head chunks
-        assert len(policy._micro_batches([len(s) for s in sequences])) == len(sequences)
+        lengths = [len(s) for s in sequences]
+        assert len(micro_batches(longest_first(lengths), lengths, policy.token_budget)) == len(sequences)
         small = policy.score(sequences, return_entropy=True)
     finally:
         policy.token_budget, policy.logits_chunk = old_budget

@@ -15,7 +15,7 @@ _LAZY = {
     "load_policy": "orsd_gym.policies.models",
     "HFPolicy": "orsd_gym.policies.hf",
     "KVSession": "orsd_gym.policies.kvcache",
-    "LoRASettings": "orsd_gym.policies.hf",
+    "LoRASettings": "orsd_gym.policies.lora",
 }
 
 __all__ = ["Completion", "ModelNotFoundError", "Policy", "SamplingParams", *_LAZY]

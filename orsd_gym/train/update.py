@@ -17,7 +17,7 @@ norm, and the replicas stay identical.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -25,8 +25,8 @@ import torch
 from orsd_gym.algos.base import Algorithm, PreparedBatch
 from orsd_gym.errors import ConfigError, MemoryBudgetError
 from orsd_gym.policies.base import Policy
+from orsd_gym.policies.batching import micro_batches
 from orsd_gym.profiling import phase
-from orsd_gym.rollout.trajectory import Trajectory
 from orsd_gym.train.config import OptimConfig
 from orsd_gym.train.grad_share import gradient_share, sample_micro_batch
 from orsd_gym.train.seeds import GRAD_SHARE, UPDATE, iteration_rng
@@ -55,7 +55,8 @@ def update_policy(
         with phase("grad_share") as timer:
             rng = iteration_rng(seed, iteration, GRAD_SHARE, *workers.stream())
             fits = _fits(policy, algorithm, optim)
-            chunks = micro_batches(range(len(batch.trajectories)), batch.trajectories, optim.micro_batch_tokens, fits)
+            lengths = [len(t.token_ids) for t in batch.trajectories]
+            chunks = micro_batches(range(len(lengths)), lengths, optim.micro_batch_tokens, fits)
             share = gradient_share(policy, algorithm, batch, sample_micro_batch(chunks, rng))
         share["time/grad_share"] = timer.seconds
     policy.set_training(True)
@@ -70,6 +71,7 @@ def _optimise(
 ):
     n = len(batch.trajectories)
     fits = _fits(policy, algorithm, optim)
+    lengths = [len(t.token_ids) for t in batch.trajectories]
     sums: dict[str, float] = {}
     grad_norms = []
     for epoch in range(optim.epochs):
@@ -77,7 +79,7 @@ def _optimise(
         for minibatch in np.array_split(order, min(optim.minibatches, n)):
             minibatch = [int(i) for i in minibatch]
             optimizer.zero_grad(set_to_none=True)
-            for micro in micro_batches(minibatch, batch.trajectories, optim.micro_batch_tokens, fits):
+            for micro in micro_batches(minibatch, lengths, optim.micro_batch_tokens, fits):
                 loss, metrics = algorithm.loss(policy, batch, micro, minibatch_indices=minibatch)
                 with phase("backward"):
                     loss.backward()
@@ -107,31 +109,6 @@ def _fits(policy: Policy, algorithm: Algorithm, optim: OptimConfig) -> Callable[
     """Whether a micro-batch of (rows, longest) fits the memory budget (None: no budget)."""
     budget = activation_budget(policy, algorithm, optim)
     return None if budget is None else lambda rows, length: policy.update_activation_bytes(rows, length) <= budget
-
-
-def micro_batches(
-    indices: Sequence[int],
-    trajectories: Sequence[Trajectory],
-    token_budget: int,
-    fits: Callable[[int, int], bool] | None = None,
-) -> list[list[int]]:
-    """Split ``indices`` into consecutive groups whose padded size (rows x longest) fits the
-    token budget and, when given, ``fits(rows, longest)`` (a memory budget). A trajectory that
-    fits neither on its own still gets a micro-batch of its own."""
-    batches: list[list[int]] = []
-    current: list[int] = []
-    longest = 0
-    for index in indices:
-        length = len(trajectories[index].token_ids)
-        grown = (len(current) + 1, max(longest, length))
-        if current and (grown[0] * grown[1] > token_budget or (fits is not None and not fits(*grown))):
-            batches.append(current)
-            current, longest = [], 0
-        current.append(index)
-        longest = max(longest, length)
-    if current:
-        batches.append(current)
-    return batches
 
 
 #: What a training process holds besides the model's weights, gradients, optimiser state and
