@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,8 @@ from typing import Any
 import yaml
 
 from orsd_gym.errors import RunDirectoryError
-from orsd_gym.train.checkpoint import list_checkpoints
+from orsd_gym.train.checkpoint import list_checkpoints, remove_stale_temporaries
+from orsd_gym.writable import writable_directory
 
 #: What a run writes into its directory (anything else there is left alone).
 RUN_FILES = (
@@ -145,6 +146,36 @@ def claim_run_directory(
         )
     changes = [{"key": k, "old": old, "new": new} for k, (old, new) in sorted(differences.items())]
     return Claim(resume_from=int(checkpoints[-1].name.rsplit("_", 1)[1]), changes=changes)
+
+
+def open_run_directory(
+    output_dir: Path,
+    record: dict[str, Any],
+    defaults: dict[str, Any],
+    plan: dict[str, Any],
+    *,
+    resume: bool,
+    overwrite: bool,
+    allow_changes: Sequence[str],
+    say: Callable[[str], None],
+) -> Claim:
+    """Check ``output_dir`` and claim it for the run ``record`` describes (`claim_run_directory`),
+    clear what a stopped process left there, and write the run's record (``config.yaml``, its
+    allowed changes, ``task_plan.json``)."""
+    writable_directory(output_dir, "train.output_dir")
+    claim = claim_run_directory(
+        output_dir, record, resume=resume, overwrite=overwrite, allow_changes=allow_changes, defaults=defaults
+    )
+    output_dir.mkdir(parents=True, exist_ok=True)
+    if claim.restarted:
+        say(f"{output_dir} holds this run stopped before its first checkpoint: starting it over")
+    removed = remove_stale_temporaries(output_dir / "checkpoints")
+    if removed:
+        say(f"removed {len(removed)} half-written checkpoint(s) a stopped process left behind")
+    record_changes(output_dir, claim)
+    (output_dir / "config.yaml").write_text(yaml.safe_dump(record, sort_keys=False))
+    (output_dir / "task_plan.json").write_text(json.dumps(plan, indent=1))
+    return claim
 
 
 def _same_run(root: Path, record: Mapping[str, Any], defaults: Mapping[str, Any] | None) -> bool:

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import torch
 
 from orsd_gym.algos.orsd.algorithm import task_key
 from orsd_gym.algos.orsd.expert_rubric import expert_bundle
@@ -38,8 +39,9 @@ from orsd_gym.algos.orsd.replay import DEFAULT_RUBRIC_TEMPLATE, insert_rubric
 from orsd_gym.algos.orsd.rubrics import format_rubric
 from orsd_gym.algos.orsd.sources import file_bundles, load_rubric_file
 from orsd_gym.envs.base import EXPERT_ACTIONS
+from orsd_gym.envs.tasks import TaskSpec
 from orsd_gym.errors import ConfigError
-from orsd_gym.rollout.collector import PromptEdit
+from orsd_gym.rollout.collector import PromptEdit, collect
 from orsd_gym.rollout.stats import episodes_of
 from orsd_gym.rollout.trajectory import Trajectory
 from orsd_gym.train.stats import mean_ci
@@ -221,3 +223,24 @@ def training_teacher_metrics(pairs: Sequence[Mapping[str, Any]]) -> dict[str, fl
         "teacher/train_gain_low": estimate.low,
         "teacher/train_gain_high": estimate.high,
     }
+
+
+def teacher_episodes(envs: Any, policy: Any, config: Any, seed: int) -> Callable[..., list[Trajectory]]:
+    """``play(firsts, edit)``: ``eval.teacher_episodes`` sampled episodes of each group's task
+    (given by its first attempt) with the prompt edit, played like the group's own attempts
+    (the rollout's temperature), from the teacher's seed; never trained on."""
+
+    def play(firsts: Sequence[Trajectory], edit: PromptEdit) -> list[Trajectory]:
+        with torch.no_grad():
+            return collect(
+                envs,
+                policy,
+                [TaskSpec(t.seed, t.task_id if t.task_id >= 0 else None) for t in firsts],
+                group_size=config.eval.teacher_episodes,
+                sampling=config.rollout.sampling(config.rollout.temperature, seed),
+                options=config.rollout,
+                seed=seed,
+                edit_prompt=edit,
+            )
+
+    return play

@@ -16,7 +16,6 @@ alone touches the run directory, from what the others send it.
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,24 +23,20 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 from rich.console import Console
 from safetensors.torch import load_file
 
-from orsd_gym import configio, jsonio
+from orsd_gym import configio
 from orsd_gym.algos.base import PreparedBatch, make_algorithm
 from orsd_gym.allocator import return_freed_memory, trim_heap
-from orsd_gym.envs.tasks import TaskSpec
 from orsd_gym.errors import ConfigError
 from orsd_gym.policies.models import load_policy
 from orsd_gym.profiling import phase
 from orsd_gym.rollout.collector import collect
 from orsd_gym.rollout.stats import rollout_stats
-from orsd_gym.rollout.trajectory import save_jsonl
 from orsd_gym.train.checkpoint import (
     join_optimizer_state,
     latest_good_checkpoint,
-    remove_stale_temporaries,
     save_checkpoint,
     split_optimizer_state,
 )
@@ -49,11 +44,19 @@ from orsd_gym.train.config import AlgoConfig, Config, resolve_algo, run_record
 from orsd_gym.train.console import LiveView
 from orsd_gym.train.envs import close_envs, make_envs
 from orsd_gym.train.evaluate import evaluate
+from orsd_gym.train.frozen import frozen_models
 from orsd_gym.train.metrics import MetricsWriter, combine_worker_metrics
 from orsd_gym.train.plan import build_task_plan
-from orsd_gym.train.rundir import Claim, claim_run_directory, record_changes
+from orsd_gym.train.records import append_line, namespaced, write_audit
+from orsd_gym.train.rundir import Claim, open_run_directory
 from orsd_gym.train.seeds import ALGO, EVAL, ROLLOUT, TEACHER, iteration_rng, iteration_seed
-from orsd_gym.train.teacher import rubric_context, teacher_test, training_teacher_metrics, training_teacher_pairs
+from orsd_gym.train.teacher import (
+    rubric_context,
+    teacher_episodes,
+    teacher_test,
+    training_teacher_metrics,
+    training_teacher_pairs,
+)
 from orsd_gym.train.update import (
     activation_budget,
     apply_optim_settings,
@@ -63,7 +66,6 @@ from orsd_gym.train.update import (
 )
 from orsd_gym.train.warm_start import ensure_warm_start
 from orsd_gym.train.workers import SINGLE, Workers
-from orsd_gym.writable import writable_directory
 
 
 @dataclass
@@ -142,18 +144,7 @@ class Trainer:
         self._release_freed_memory()  # the warm start's gradients and AdamW moments
         # Every replica starts from worker 0's weights (its warm start), as DDP's do.
         workers.broadcast_parameters(self.policy.trainable_parameters())
-        # Reference and verifier are frozen copies of the weights training starts from, taken
-        # before a checkpoint is loaded, so a resumed run judges with the same models. The KL
-        # reference enters the loss: it keeps the policy's weights dtype and update dtype.
-        reference = self.policy.copy_frozen(model.dtype) if self.algo_config.needs_reference else None
-        verifier = None
-        if self.algo_config.needs_verifier:
-            judge = (
-                load_policy(model.verifier, device=device, dtype=model.dtype, inference_dtype=model.inference_dtype)
-                if model.verifier
-                else self.policy
-            )
-            verifier = judge.copy_frozen(model.verifier_dtype)
+        reference, verifier = frozen_models(self.policy, model, self.algo_config, device)
         self.algorithm = make_algorithm(config.algo.name, self.algo_config, reference=reference, verifier=verifier)
         activation_budget(self.policy, self.algorithm, config.optim)  # a budget too small fails here
         steps = config.train.iterations * config.optim.epochs * config.optim.minibatches
@@ -167,25 +158,16 @@ class Trainer:
 
     def _claim(self, resume: bool, overwrite: bool, allow_changes: Sequence[str]) -> Claim:
         """Check the run directory, then write the run's record there (worker 0 only)."""
-        writable_directory(self.output_dir, "train.output_dir")
-        record = run_record(self.config)
-        defaults = run_record(Config(algo=AlgoConfig(name=self.config.algo.name)))
-        claim = claim_run_directory(
-            self.output_dir, record, resume=resume, overwrite=overwrite, allow_changes=allow_changes, defaults=defaults
+        return open_run_directory(
+            self.output_dir,
+            run_record(self.config),
+            run_record(Config(algo=AlgoConfig(name=self.config.algo.name))),
+            {"summary": self.plan.summary(), "keys": self.plan.keys()},
+            resume=resume,
+            overwrite=overwrite,
+            allow_changes=allow_changes,
+            say=self.console.print,
         )
-        self.output_dir.mkdir(parents=True, exist_ok=True)
-        if claim.restarted:
-            self.console.print(
-                f"{self.output_dir} holds this run stopped before its first checkpoint: starting it over"
-            )
-        removed = remove_stale_temporaries(self.output_dir / "checkpoints")
-        if removed:
-            self.console.print(f"removed {len(removed)} half-written checkpoint(s) a stopped process left behind")
-        record_changes(self.output_dir, claim)
-        (self.output_dir / "config.yaml").write_text(yaml.safe_dump(record, sort_keys=False))
-        plan = {"summary": self.plan.summary(), "keys": self.plan.keys()}
-        (self.output_dir / "task_plan.json").write_text(json.dumps(plan, indent=1))
-        return claim
 
     def _start_weights(self) -> dict[str, float] | None:
         """Start from ``model.init_weights`` and/or a (cached) behaviour-cloning warm start."""
@@ -381,8 +363,8 @@ class Trainer:
             record.update({f"train/{k}": v for k, v in stats.items()})
             record["env_steps"] = self.env_steps
             metrics = combine_worker_metrics([(part.metrics, n) for part, n in parts], self.algorithm.summed_metrics)
-            record.update(_namespaced(metrics, "algo"))
-            self._write_audit(iteration + 1, batches)
+            record.update(namespaced(metrics, "algo"))
+            write_audit(self.output_dir / "audit" / f"iter_{iteration + 1:06d}", batches)
         if cfg.eval.teacher_episodes > 0:
             view.phase(f"teacher {iteration + 1}")
             record.update(self._training_teacher(batch, iteration))
@@ -401,7 +383,7 @@ class Trainer:
                 workers=workers,
             )
         self._release_freed_memory()  # the update's gradients and activations
-        record.update(_namespaced(losses, "loss"))
+        record.update(namespaced(losses, "loss"))
         record["time/update"] = timer.seconds
         record["lr"] = self.scheduler.get_last_lr()[0]
         return record
@@ -420,9 +402,9 @@ class Trainer:
         if not self.workers.is_main:
             return result
         record = {"iteration": iteration, "env_steps": self.env_steps, **result}
-        _append_line(self.output_dir / "eval.jsonl", record)
+        append_line(self.output_dir / "eval.jsonl", record)
         if teacher:
-            _append_line(self.output_dir / "teacher.jsonl", {"iteration": iteration, **teacher})
+            append_line(self.output_dir / "teacher.jsonl", {"iteration": iteration, **teacher})
         return result
 
     def _teacher_test(self, baseline, seed: int, iteration: int) -> tuple[dict[str, float], dict[str, Any]]:
@@ -446,21 +428,7 @@ class Trainer:
         """Extra episodes of each shaped group's task with its rubric in context, paired with the
         group's own attempts (each worker its own groups; worker 0 gets the metrics)."""
         cfg = self.config
-        seed = iteration_seed(cfg.train.seed, iteration, TEACHER)
-
-        def play(firsts, edit):
-            with torch.no_grad():
-                return collect(
-                    self.envs,
-                    self.policy,
-                    [TaskSpec(t.seed, t.task_id if t.task_id >= 0 else None) for t in firsts],
-                    group_size=cfg.eval.teacher_episodes,
-                    sampling=cfg.rollout.sampling(cfg.rollout.temperature, seed),
-                    options=cfg.rollout,
-                    seed=seed,
-                    edit_prompt=edit,
-                )
-
+        play = teacher_episodes(self.envs, self.policy, cfg, iteration_seed(cfg.train.seed, iteration, TEACHER))
         with phase("teacher"):
             pairs = training_teacher_pairs(
                 play, batch.trajectories, batch.audit, rubric_context(cfg.eval, self.algo_config)
@@ -472,30 +440,3 @@ class Trainer:
         """Hand the heap's free pages back between phases (`orsd_gym.allocator.trim_heap`)."""
         if self.config.train.return_freed_memory:
             trim_heap()
-
-    def _write_audit(self, iteration: int, batches: list[PreparedBatch]) -> None:
-        """The iteration's trajectories, per-token extras and group records, of every worker in
-        rank order (so in group order)."""
-        directory = self.output_dir / "audit" / f"iter_{iteration:06d}"
-        directory.mkdir(parents=True, exist_ok=True)
-        save_jsonl([t for batch in batches for t in batch.trajectories], directory / "trajectories.jsonl")
-        extras = {
-            key: [t.tolist() for batch in batches for t in batch.token_extras[key]] for key in batches[0].token_extras
-        }
-        extras["advantages"] = [t.tolist() for batch in batches for t in batch.advantages]
-        (directory / "token_extras.json").write_text(json.dumps(extras))
-        groups = [record for batch in batches for record in batch.audit]
-        (directory / "groups.json").write_text(json.dumps(groups, indent=1, default=str))
-
-
-def _append_line(path: Path, record: dict[str, Any]) -> None:
-    """One JSON line, on disk before the run goes on (a resumed run reads what it wrote)."""
-    with open(path, "a", encoding="utf-8") as handle:
-        handle.write(jsonio.dumps(record) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-
-
-def _namespaced(metrics: dict[str, float], namespace: str) -> dict[str, float]:
-    """Keys without a namespace get ``namespace/`` (algorithms may also name their own, e.g. ``orsd/``)."""
-    return {key if "/" in key else f"{namespace}/{key}": value for key, value in metrics.items()}
