@@ -35,7 +35,11 @@ def from_dict(cls: type[T], data: Mapping[str, Any] | None, *, prefix: str = "")
     names = [f.name for f in dataclasses.fields(cls) if f.init]
     # Every mistake of the config at once, not one per attempt.
     problems = []
+    moved = getattr(cls, "moved_keys", {})
     for key in (key for key in data if key not in names):
+        if key in moved:
+            problems.append(f"'{prefix}{key}' is no longer read: {moved[key]}")
+            continue
         close = difflib.get_close_matches(str(key), names, n=1)
         hint = f"; did you mean '{prefix}{close[0]}'?" if close else f"; valid keys: {', '.join(names)}"
         problems.append(f"unknown config key '{prefix}{key}'{hint}")

@@ -35,7 +35,7 @@ RUN = [
     "rollout.max_turns=1",
     "rollout.max_new_tokens=8",
     "rollout.action_format=last_line",
-    "algo.params={reward: {outcome: return}}",
+    "algo.per_algo.grpo={reward: {outcome: return}}",
     # Adam's first step moves a weight by ~lr whatever its gradient, so a gradient that is pure
     # rounding noise (summed in another order by two workers) can move it by up to ~lr/10.
     "optim.lr=1e-4",
@@ -94,7 +94,7 @@ def test_two_workers_lend_shuffled_rubrics_as_one_process_does(ray_cluster, tmp_
     played that task, draws the same loans as one process, and keeps the pool in its checkpoint."""
     shuffled = [
         "algo.name=orsd",
-        "algo.params.rubric_source=shuffled",
+        "algo.per_algo.orsd.rubric_source=shuffled",
         "env.kwargs={expert: reset}",
         "train.iterations=1",
     ]

@@ -155,9 +155,8 @@ def test_every_rubric_source_runs_end_to_end(tmp_path):
             "rollout.max_turns=1",
             "rollout.max_new_tokens=6",
             "rollout.action_format=last_line",
-            "algo.params={reward: {outcome: return}}",
-            "algo.per_algo={orsd: {min_corr: -1.0, num_bundles: 2, proposal_max_new_tokens: 16, "
-            "delta_scale: normalized, beta: 0.5}}",
+            "algo.per_algo={grpo: {reward: {outcome: return}}, orsd: {min_corr: -1.0, num_bundles: 2, "
+            "proposal_max_new_tokens: 16, delta_scale: normalized, beta: 0.5}}",
             "train.iterations=1",
             "optim.gradient_share_every=1",
             "eval.every=0",

@@ -31,7 +31,7 @@ VOWEL_RUN = [
     "rollout.max_turns=1",
     "rollout.max_new_tokens=8",
     "rollout.action_format=last_line",
-    "algo.params={reward: {outcome: return}}",
+    "algo.per_algo.grpo={reward: {outcome: return}}",
     "eval.every=0",
     "eval.num_tasks=2",
     "train.iterations=1",
@@ -51,7 +51,7 @@ def test_bf16_sampling_starts_the_ratio_and_the_kl_at_exactly_their_start(tmp_pa
         [
             *VOWEL_RUN,
             "model.inference_dtype=bfloat16",
-            "algo.params.kl_coef=0.1",
+            "algo.per_algo.grpo.kl_coef=0.1",
             f"train.output_dir={tmp_path}",
         ],
     )

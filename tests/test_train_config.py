@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -9,7 +10,8 @@ import pytest
 
 from orsd_gym import configio
 from orsd_gym.errors import ConfigError
-from orsd_gym.train.config import Config, load_config
+from orsd_gym.train import config as train_config
+from orsd_gym.train.config import Config, WarmStartConfig, load_config, resolve_algo, run_record
 
 
 @dataclass
@@ -107,6 +109,46 @@ def test_a_misspelt_per_algo_name_or_key_fails_with_a_suggestion():
     assert load_config(None, ["algo.name=orsd", "algo.per_algo.orsd.beta=0.77"]).algo.per_algo["orsd"]["beta"] == 0.77
 
 
+def test_an_algorithm_setting_has_one_spelling():
+    # An earlier version's spelling, a setting under an algorithm without it and the sampling
+    # temperature under an algorithm each say where the setting lives.
+    with pytest.raises(ConfigError, match=r"'algo.params' is no longer read: .*algo.per_algo.orsd.beta"):
+        load_config(None, ["algo.name=orsd", "algo.params.beta=0.2"])
+    with pytest.raises(ConfigError, match=r"'algo.per_algo.grpo.beta'; it is a setting of orsd: .*orsd.beta"):
+        load_config(None, ["algo.per_algo.grpo.beta=0.2"])
+    with pytest.raises(ConfigError, match="algo.per_algo.orsd.temperature: set rollout.temperature"):
+        load_config(None, ["algo.per_algo.orsd.temperature=0.5"])
+    # A base algorithm's settings reach the algorithms built on it; their own entry wins.
+    config = load_config(
+        None,
+        [
+            "algo.name=orsd",
+            "rollout.temperature=0.7",
+            "algo.per_algo.grpo={kl_coef: 0.01, clip_low: 0.3}",
+            "algo.per_algo.orsd={clip_low: 0.1, beta: 0.2}",
+        ],
+    )
+    settings = resolve_algo(config)
+    assert (settings.kl_coef, settings.clip_low, settings.beta, settings.temperature) == (0.01, 0.1, 0.2, 0.7)
+    # A run's record holds the resolved settings in the same spelling and loads as a config.
+    record = run_record(config)
+    assert set(record["algo"]) == {"name", "per_algo"} and set(record["algo"]["per_algo"]) == {"orsd"}
+    assert resolve_algo(configio.from_dict(Config, record)) == settings
+
+
+def test_orsd_gym_train_resolves_the_algorithm_settings_once(tmp_path, monkeypatch):
+    from orsd_gym.cli import main
+
+    calls = []
+    resolve = train_config._resolve
+    monkeypatch.setattr(train_config, "_resolve", lambda config: calls.append(1) or resolve(config))
+    overrides = ["model.name=tiny-random", "env.id=orsd_gym/GuessNumber-v0", "env.kwargs={}", "algo.name=orsd"]
+    overrides += ["train.iterations=0", "eval.env_kwargs={}", "eval.num_tasks=2", "warm_start.env_kwargs={}"]
+    overrides += ["eval.every=0", "warm_start.episodes=0", "logging.live=false", f"train.output_dir={tmp_path / 'run'}"]
+    assert main(["train", "--config", "demo", *overrides]) == 0
+    assert len(calls) == 1
+
+
 def test_every_config_mistake_is_reported_at_once():
     with pytest.raises(ConfigError) as raised:
         load_config(None, ["optim.lrr=1", "rollout.group_size=abc", "eval.evry=2", "model.dtype=float17"])
@@ -129,3 +171,30 @@ def test_ctrl_c_says_how_to_continue(command, hint, monkeypatch, capsys):
     monkeypatch.setattr(importlib.import_module(f"orsd_gym.cli.{command}"), "run", interrupted)
     assert main([command, "--config", "demo"]) == 130
     assert hint in capsys.readouterr().err
+
+
+def test_every_setting_has_help_text():
+    from orsd_gym.algos.base import algorithm_config_class, registered_algorithms
+    from orsd_gym.confighelp import missing_help
+
+    assert missing_help(Config) == []
+    for name in registered_algorithms():
+        assert missing_help(algorithm_config_class(name)) == [], name
+
+
+def test_config_explain_prints_a_settings_help_type_default_and_value(capsys):
+    from orsd_gym.cli import main
+
+    assert main(["config", "explain", "optim.lr", "optim.lr=3e-5"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("optim.lr = 3e-05\n") and "default: 1e-05" in out and "AdamW learning rate" in out
+    # An algorithm's settings as a run of it gets them: its base's entry included.
+    assert main(["config", "explain", "algo.per_algo.orsd.kl_coef", "algo.per_algo.grpo.kl_coef=0.02"]) == 0
+    assert capsys.readouterr().out.startswith("algo.per_algo.orsd.kl_coef = 0.02\n")
+    # A section: one line per setting, with the first sentence of its help.
+    assert main(["config", "explain", "warm_start"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("warm_start.episodes = 0  # Expert episodes on training tasks")
+    assert len(lines) == len(dataclasses.fields(WarmStartConfig))
+    assert main(["config", "explain", "optim.lrr"]) == 2
+    assert "optim has no setting 'lrr'; it has lr," in capsys.readouterr().err

@@ -31,7 +31,7 @@ VOWEL_RUN = [
     "rollout.max_turns=1",
     "rollout.max_new_tokens=8",
     "rollout.action_format=last_line",
-    "algo.params={reward: {outcome: return}}",
+    "algo.per_algo.grpo={reward: {outcome: return}}",
     "optim.lr=0.01",
     "eval.every=2",
     "eval.num_tasks=2",
@@ -49,10 +49,10 @@ def _comparable(records):
 def test_bad_config_fails_before_loading_anything():
     with pytest.raises(ConfigError, match="algo.name"):
         load_config(None, ["algo.name=ppo2"])
-    with pytest.raises(ConfigError, match="algo.params"):
-        load_config(None, ["algo.params={not_a_key: 1}"])
-    with pytest.raises(ConfigError, match="follows rollout.temperature"):
-        load_config(None, ["rollout.temperature=0.7", "algo.params={temperature: 1.0}"])
+    with pytest.raises(ConfigError, match="algo.per_algo.grpo.not_a_key"):
+        load_config(None, ["algo.per_algo.grpo={not_a_key: 1}"])
+    with pytest.raises(ConfigError, match="set rollout.temperature"):
+        load_config(None, ["rollout.temperature=0.7", "algo.per_algo.grpo={temperature: 1.0}"])
 
 
 def test_training_tasks_are_shared_across_algorithms():
@@ -83,7 +83,7 @@ def test_orsd_run_on_generated_alfworld(tmp_path):
             "train.iterations=1",
             "eval.every=1",
             "eval.num_tasks=1",
-            "algo.params={num_bundles: 2}",
+            "algo.per_algo.orsd.num_bundles=2",
             f"train.output_dir={tmp_path}",
             "train.threads=1",
             "logging.live=false",

@@ -35,18 +35,24 @@ class GRPOConfig:
 
     #: PPO ratio clip range [1 - clip_low, 1 + clip_high].
     clip_low: float = 0.2
+    #: Upper PPO ratio clip: 1 + clip_high (a larger value than clip_low is DAPO's clip-higher).
     clip_high: float = 0.2
+    #: "token-mean": every sampled token of the mini-batch weighs the same; "seq-mean-token-mean": a mean per
+    #: sequence, then over sequences.
     loss_agg: LossAgg = "token-mean"
     #: Divide centred rewards by the group std (False: centring only, as Dr.GRPO's advantage;
     #: Dr.GRPO's loss also sums tokens over a constant instead of a mean, which `loss_agg` does not offer).
     norm_std: bool = True
+    #: Added to the group std before dividing (a group of equal rewards has advantage 0 either way).
     eps: float = 1e-6
     #: Weight of the k3 KL estimator against the frozen `reference` policy (0: no reference needed).
     kl_coef: float = 0.0
+    #: Weight of an entropy bonus on the sampled tokens (0: none).
     entropy_coef: float = 0.0
     #: Sampling temperature of the rollouts: new log-probs are scored at the same temperature so
-    #: that ratios compare like with like.
+    #: that ratios compare like with like (a run's config sets it from ``rollout.temperature``).
     temperature: float = 1.0
+    #: How an episode's reward is made from its outcome and per-turn penalties.
     reward: RewardConfig = field(default_factory=RewardConfig)
 
     def __post_init__(self) -> None:

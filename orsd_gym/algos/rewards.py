@@ -20,7 +20,10 @@ class RewardConfig:
                  the larger of the two   if both (one bad turn is penalised once).
     """
 
+    #: "success": success_reward for a won episode, else 0; "return": the episode's return (partial credit, e.g.
+    #: WebShop's score).
     outcome: Literal["success", "return"] = "success"
+    #: Reward of a won episode with outcome "success".
     success_reward: float = 1.0
     #: Per step whose info says ``is_valid_action`` is False (0 disables).
     invalid_action_penalty: float = 0.0

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -61,3 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         hint = getattr(_load(args._module), "CONTINUE_HINT", "")
         print(f"orsd-gym {args.command}: interrupted{'; ' + hint if hint else ''}", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader stopped early (``| head``): what it read is what it wanted.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0

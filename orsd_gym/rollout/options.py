@@ -23,6 +23,7 @@ class RolloutOptions:
     #: "sequence": an episode is one token sequence; "per_step": one sample per step (a fresh
     #: prompt of the task, the last `history` steps and the current observation).
     layout: Layout = "sequence"
+    #: With layout "per_step": the previous steps each sample shows.
     history: int = 3
     #: How an action is read from a turn: "tag" (<action>...</action>), "last_line", or
     #: "admissible" (a choice from the env's admissible actions, shown as a numbered list);
@@ -34,6 +35,7 @@ class RolloutOptions:
     noop_action: str | None = None
     #: Turns per episode (None: until the env ends it); tokens per sample.
     max_turns: int | None = None
+    #: Tokens per sample (the prompt, every turn and every observation it holds).
     max_episode_tokens: int = 4096
     #: Reuse each episode's previous turns through a generation session (same tokens either way).
     kv_cache: bool = True

@@ -1,9 +1,10 @@
 """The training config: one dataclass per section, loadable from YAML with dotted overrides.
 
 Example: ``orsd-gym train --config configs/alfworld_cpu.yaml algo.name=orsd optim.lr=2e-5``.
-Algorithm-specific settings live under ``algo.params`` and are validated by the chosen
-algorithm's own typed config (see `orsd_gym.algos` and `resolve_algo`); a run saves them
-resolved, every default included (`run_record`).
+An algorithm's settings have one spelling, ``algo.per_algo.<algorithm>.<key>`` (a comparison's
+arm suffix ``orsd@beta=0.1`` writes there too), validated by that algorithm's own typed config
+(see `orsd_gym.algos` and `resolve_algo`); an algorithm built on another (ORSD on GRPO) takes
+its base's settings too. A run saves them resolved, every default included (`run_record`).
 """
 
 from __future__ import annotations
@@ -30,10 +31,15 @@ def _require_at_least_one(section: Any, *names: str) -> None:
 
 @dataclass
 class LoRAConfig:
+    #: Train LoRA adapters on the attention projections instead of every weight (the base model stays frozen).
     enabled: bool = False
+    #: LoRA rank: the adapters' inner width.
     r: int = 16
+    #: LoRA scaling numerator: the adapters' output is scaled by alpha / r.
     alpha: int = 32
+    #: Dropout on the adapters' input while updating.
     dropout: float = 0.0
+    #: Module names that get adapters (a Llama-style model's attention projections by default).
     target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
 
     def settings(self) -> dict[str, Any] | None:
@@ -47,8 +53,11 @@ class LoRAConfig:
 class ModelConfig:
     #: A registry name (`smollm2-135m`, `tiny-random`), a local path or a hub id.
     name: str = "smollm2-135m"
+    #: Where the model runs: "cpu", "cuda" or "cuda:N".
     device: str = "cpu"
+    #: What the weights are held in (and compute in unless `inference_dtype` / `update_dtype` say otherwise).
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    #: LoRA adapters (`enabled: true` to train adapters only).
     lora: LoRAConfig = field(default_factory=LoRAConfig)
     #: Model that judges attempts against rubric criteria (ORSD). None: a frozen copy of the
     #: initial policy.
@@ -78,6 +87,8 @@ class ModelConfig:
 
 @dataclass
 class EnvConfig:
+    #: A registered env id (`orsd-gym envs` lists them), or ``module:env-id`` to import the module that
+    #: registers it.
     id: str = "orsd_gym/ALFWorld-v0"
     #: Constructor arguments for `gymnasium.make` (e.g. split, task_types, data_dir).
     kwargs: dict[str, Any] = field(default_factory=dict)
@@ -96,6 +107,7 @@ class EnvConfig:
     #: reserve, e.g. 1, to place them only where CPUs are free on a cluster shared with other
     #: Ray work).
     envs_per_actor: int = 4
+    #: CPUs Ray reserves for each env actor (see `envs_per_actor`).
     cpus_per_actor: float = 0.0
     #: Overrides the env's registered step budget (episodes are truncated when it is reached).
     max_episode_steps: int | None = None
@@ -115,11 +127,17 @@ class RolloutConfig(RolloutOptions):
 
     #: Tasks per training iteration; each is attempted `group_size` times.
     tasks_per_iteration: int = 4
+    #: Attempts per task in a training iteration: the group GRPO's advantage compares.
     group_size: int = 4
+    #: Model turns per training episode (None: until the env ends it).
     max_turns: int | None = 10
+    #: Tokens per training sample (the prompt, every turn and every observation it holds).
     max_episode_tokens: int = 2048
+    #: Tokens the model may write per turn.
     max_new_tokens: int = 48
+    #: Sampling temperature of training rollouts, and the temperature every loss scores tokens at.
     temperature: float = 1.0
+    #: Nucleus sampling of training rollouts; must stay 1.0 (losses must reproduce the sampling log-probs).
     top_p: float = 1.0
 
     def __post_init__(self) -> None:
@@ -137,23 +155,35 @@ class RolloutConfig(RolloutOptions):
 
 @dataclass
 class AlgoConfig:
+    #: The algorithm a run trains with (`orsd-gym algos` lists them).
     name: str = "grpo"
-    #: Settings of the chosen algorithm, validated by its own typed config (`resolve_algo`).
-    params: dict[str, Any] = field(default_factory=dict)
-    #: Extra settings per algorithm name, merged over `params` when that algorithm runs, so
-    #: one file can configure every algorithm of a comparison (e.g. ``per_algo: {orsd: {beta: 0.05}}``).
+    #: Settings per algorithm name, so one file configures every algorithm of a comparison
+    #: (``per_algo: {grpo: {kl_coef: 0.01}, orsd: {beta: 0.05}}``). An algorithm built on
+    #: another also takes its base's settings (``grpo``'s apply to ``orsd`` runs), under its own.
     per_algo: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    #: Keys of earlier versions, and where their settings live now.
+    moved_keys = {
+        "params": "an algorithm's settings are spelled algo.per_algo.<algorithm>.<key> (e.g. "
+        "algo.per_algo.grpo.kl_coef, which orsd runs take too; algo.per_algo.orsd.beta)"
+    }
 
 
 @dataclass
 class OptimConfig:
+    #: AdamW learning rate.
     lr: float = 1e-5
+    #: AdamW weight decay.
     weight_decay: float = 0.0
+    #: AdamW's first-moment decay.
     beta1: float = 0.9
+    #: AdamW's second-moment decay.
     beta2: float = 0.999
+    #: Clip each optimiser step's gradient to this global norm (0: no clipping).
     grad_clip: float = 1.0
     #: Optimisation passes over each rollout batch, and mini-batches (optimiser steps) per pass.
     epochs: int = 1
+    #: Mini-batches (optimiser steps) per pass over a rollout batch.
     minibatches: int = 1
     #: Token budget of one forward/backward micro-batch (gradient accumulation).
     micro_batch_tokens: int = 4096
@@ -162,7 +192,9 @@ class OptimConfig:
     #: the weights, gradients, AdamW state, frozen models and a runtime allowance
     #: (`orsd_gym.train.update.activation_budget`); too small a budget fails before training.
     max_memory_gb: float | None = None
+    #: Learning-rate schedule over the run's optimiser steps, after `warmup_steps` of linear warm-up.
     scheduler: Literal["constant", "linear", "cosine"] = "constant"
+    #: Optimiser steps of linear learning-rate warm-up from 0.
     warmup_steps: int = 0
     #: Every N iterations, measure the outcome's and ORSD's correction's share of the update's
     #: gradient on one micro-batch before updating (`orsd_gym.train.grad_share`: two or three
@@ -181,14 +213,19 @@ class OptimConfig:
 
 @dataclass
 class TrainConfig:
+    #: Training iterations: rollouts, advantages and one update each.
     iterations: int = 10
     #: Seeds the model, the training-task draws and all sampling (see `orsd_gym.train.plan`).
     seed: int = 0
+    #: The run directory: config, task plan, metrics, evaluations, audits and checkpoints.
     output_dir: str = "runs/default"
+    #: Write a checkpoint every N iterations (and after the last).
     checkpoint_every: int = 1
+    #: Checkpoints kept (the newest); older ones are removed.
     keep_checkpoints: int = 3
     #: Deterministic CPU kernels (required for bit-exact resume).
     deterministic: bool = True
+    #: Torch CPU threads of this process (None: torch's default, one per core).
     threads: int | None = None
     #: Data-parallel training workers, each a full replica that plays its share of every
     #: iteration's task groups (`orsd_gym.train.workers`). More than 1: `orsd-gym train` runs
@@ -233,7 +270,9 @@ class EvalConfig:
     #: Overrides of the evaluation side's env kwargs (e.g. ``{split: valid_unseen}``); nested
     #: mappings merge key by key.
     env_kwargs: dict[str, Any] = field(default_factory=dict)
+    #: Sampling temperature of evaluation episodes (0: greedy, one outcome per task).
     temperature: float = 0.0
+    #: Episodes per evaluation task.
     group_size: int = 1
     #: The teacher test (`orsd_gym.train.teacher`): after each evaluation, the held-out tasks
     #: played again with each task's own rubric in context and with another task's. "expert":
@@ -241,10 +280,12 @@ class EvalConfig:
     #: ``eval.env_kwargs.expert=reset``); "file": ``teacher_rubric_file`` (task key or "*" ->
     #: criteria, as ORSD's rubric_file).
     teacher_test: Literal["off", "expert", "file"] = "off"
+    #: The rubric file of ``teacher_test: file`` (YAML: task key or "*" -> list of criteria).
     teacher_rubric_file: str | None = None
     #: Where the rubric goes and how many criteria an expert rubric keeps (None: as the
     #: algorithm's replay does, ORSD's rubric_placement and max_criteria; else system and 4).
     teacher_placement: Literal["system", "user"] | None = None
+    #: Criteria an expert rubric keeps in the teacher test (None: the algorithm's max_criteria, else 4).
     teacher_max_criteria: int | None = None
     #: Extra episodes per training group the algorithm gave a rubric, played with that rubric
     #: in context and paired with the group's own attempts (0: off; measured, never trained on).
@@ -268,8 +309,11 @@ class WarmStartConfig:
 
     #: Expert episodes on training tasks (0: no warm start).
     episodes: int = 0
+    #: Passes over the demonstrations.
     epochs: int = 2
+    #: AdamW learning rate of the cloning.
     lr: float = 1e-4
+    #: Demonstrations per cloning step.
     batch_size: int = 4
     #: Extra env arguments that make the env report its expert's plan (ALFWorld: {expert: true}).
     env_kwargs: dict[str, Any] = field(default_factory=lambda: {"expert": True})
@@ -281,6 +325,7 @@ class WarmStartConfig:
     #: Where those demonstrations carry the rubric (as ORSD's replay's rubric_placement) and
     #: how many criteria it keeps (as ORSD's max_criteria).
     rubric_placement: Literal["system", "user"] = "system"
+    #: Criteria the demonstrations' rubrics keep (as ORSD's max_criteria).
     rubric_max_criteria: int = 4
     #: Where the cloned weights are cached (None: ``<output_dir>/warm_start.safetensors``).
     #: Runs that share it (a comparison's algorithms with one seed) clone once and start alike.
@@ -296,7 +341,9 @@ class WarmStartConfig:
 
 @dataclass
 class LoggingConfig:
+    #: Also write metrics as TensorBoard events under the run directory.
     tensorboard: bool = True
+    #: A live progress view on a terminal (one line per iteration when the output is not one).
     live: bool = True
 
 
@@ -312,15 +359,25 @@ class RayConfig:
 
 @dataclass
 class Config:
+    #: The policy's model, its precision and LoRA, and the verifier.
     model: ModelConfig = field(default_factory=ModelConfig)
+    #: Which env, its arguments, and where its copies run.
     env: EnvConfig = field(default_factory=EnvConfig)
+    #: How training episodes are played: prompts, action format, budgets, sampling.
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    #: The algorithm and its settings.
     algo: AlgoConfig = field(default_factory=AlgoConfig)
+    #: The update: optimiser, passes, micro-batches, memory budget.
     optim: OptimConfig = field(default_factory=OptimConfig)
+    #: The run: iterations, seed, run directory, checkpoints, workers.
     train: TrainConfig = field(default_factory=TrainConfig)
+    #: Held-out evaluation and the teacher test.
     eval: EvalConfig = field(default_factory=EvalConfig)
+    #: Behaviour cloning on expert demonstrations before RL.
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
+    #: Progress view and TensorBoard.
     logging: LoggingConfig = field(default_factory=LoggingConfig)
+    #: The Ray cluster for training workers and env actors.
     ray: RayConfig = field(default_factory=RayConfig)
 
 
@@ -333,24 +390,39 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
 
 
 def resolve_algo(config: Config) -> Any:
-    """The algorithm's typed config (e.g. `orsd_gym.algos.ORSDConfig`) from ``algo.params`` and
-    ``algo.per_algo[algo.name]``; fails fast, naming the key, on a bad key or value."""
+    """The algorithm's typed config (e.g. `orsd_gym.algos.ORSDConfig`) from ``algo.per_algo``:
+    its base algorithms' entries, then its own; fails fast, naming the key, on a bad key or
+    value. Resolved once per config: later calls return the same object while ``algo`` and
+    ``rollout.temperature`` are unchanged."""
+    key = (config.algo.name, repr(config.algo.per_algo), config.rollout.temperature)
+    cached = config.algo.__dict__.get("_resolved")
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    settings = _resolve(config)
+    config.algo.__dict__["_resolved"] = (key, settings)
+    return settings
+
+
+def _resolve(config: Config) -> Any:
     algo = config.algo
     try:
         config_class = algorithm_config_class(algo.name)
     except UnknownAlgorithmError as error:
         raise ConfigError(f"algo.name: {error}") from error
     check_per_algo(algo.per_algo)
-    params = {**algo.params, **algo.per_algo.get(algo.name, {})}
+    params: dict[str, Any] = {}
+    for name in [*_bases(config_class), algo.name]:
+        params.update(algo.per_algo.get(name, {}))
     if any(f.name == "temperature" for f in dataclasses.fields(config_class)):
-        # Ratios and replays score tokens at the temperature they were sampled at.
-        if params.get("temperature", config.rollout.temperature) != config.rollout.temperature:
-            raise ConfigError(
-                f"algo.params.temperature={params['temperature']} differs from rollout.temperature="
-                f"{config.rollout.temperature}; remove it (it follows rollout.temperature)"
-            )
+        # Ratios and replays score tokens at the temperature they were sampled at: one setting.
         params["temperature"] = config.rollout.temperature
-    return configio.from_dict(config_class, params, prefix="algo.params.")
+    return configio.from_dict(config_class, params, prefix=f"algo.per_algo.{algo.name}.")
+
+
+def _bases(config_class: type) -> list[str]:
+    """Registered algorithms whose config ``config_class`` extends, most basic first."""
+    bases = [name for name in registered_algorithms() if algorithm_config_class(name) in config_class.__mro__[1:]]
+    return sorted(bases, key=lambda name: -config_class.__mro__.index(algorithm_config_class(name)))
 
 
 def check_per_algo(per_algo: dict[str, dict[str, Any]]) -> None:
@@ -369,17 +441,46 @@ def check_per_algo(per_algo: dict[str, dict[str, Any]]) -> None:
             raise ConfigError(f"algo.per_algo.{name}: no algorithm is registered as {name!r}; {hint}") from None
         if not isinstance(params, dict):
             raise ConfigError(f"algo.per_algo.{name}: expected a mapping of settings, got {type(params).__name__}")
-        names = [f.name for f in dataclasses.fields(config_class)]
+        names = [f.name for f in dataclasses.fields(config_class) if f.name != "temperature"]
         for key in params:
+            if key == "temperature":
+                raise ConfigError(
+                    f"algo.per_algo.{name}.temperature: set rollout.temperature (an algorithm scores tokens "
+                    "at the temperature the rollouts sampled them at)"
+                )
             if key not in names:
-                close = difflib.get_close_matches(str(key), names, n=1)
-                hint = f"; did you mean 'algo.per_algo.{name}.{close[0]}'?" if close else ""
-                raise ConfigError(f"unknown config key 'algo.per_algo.{name}.{key}'{hint}")
+                raise ConfigError(f"unknown config key 'algo.per_algo.{name}.{key}'{_hint(name, str(key), names)}")
+
+
+def _hint(algorithm: str, key: str, names: list[str]) -> str:
+    """Where a setting ``algorithm`` does not have may be meant: a close name of its own, or
+    the algorithms that have it."""
+    close = difflib.get_close_matches(key, names, n=1)
+    if close:
+        return f"; did you mean 'algo.per_algo.{algorithm}.{close[0]}'?"
+    owners = [
+        other
+        for other in registered_algorithms()
+        if key in {f.name for f in dataclasses.fields(algorithm_config_class(other))}
+    ]
+    return f"; it is a setting of {', '.join(owners)}: algo.per_algo.{owners[0]}.{key}" if owners else ""
 
 
 def run_record(config: Config) -> dict[str, Any]:
-    """What a run saves as its config.yaml: the config with ``algo.params`` replaced by the
-    algorithm's resolved settings (every default included) and no ``per_algo``."""
+    """What a run saves as its config.yaml: the config with ``algo.per_algo`` holding only the
+    run's algorithm, resolved (every default included). Loadable as a config again."""
     record = configio.to_dict(config)
-    record["algo"] = {"name": config.algo.name, "params": dataclasses.asdict(resolve_algo(config)), "per_algo": {}}
+    settings = dataclasses.asdict(resolve_algo(config))
+    settings.pop("temperature", None)  # rollout.temperature's, saved there
+    record["algo"] = {"name": config.algo.name, "per_algo": {config.algo.name: settings}}
+    return record
+
+
+def default_record(algorithm: str) -> dict[str, Any]:
+    """`run_record` of the default config with ``algorithm``: what a setting a saved run does
+    not list (it predates it) is taken to be."""
+    record = configio.to_dict(Config(algo=AlgoConfig(name=algorithm)))
+    settings = dataclasses.asdict(algorithm_config_class(algorithm)())
+    settings.pop("temperature", None)
+    record["algo"] = {"name": algorithm, "per_algo": {algorithm: settings}}
     return record

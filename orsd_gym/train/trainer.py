@@ -40,7 +40,7 @@ from orsd_gym.train.checkpoint import (
     save_checkpoint,
     split_optimizer_state,
 )
-from orsd_gym.train.config import AlgoConfig, Config, resolve_algo, run_record
+from orsd_gym.train.config import Config, default_record, resolve_algo, run_record
 from orsd_gym.train.console import LiveView
 from orsd_gym.train.envs import close_envs, make_envs
 from orsd_gym.train.evaluate import evaluate
@@ -161,7 +161,7 @@ class Trainer:
         return open_run_directory(
             self.output_dir,
             run_record(self.config),
-            run_record(Config(algo=AlgoConfig(name=self.config.algo.name))),
+            default_record(self.config.algo.name),
             {"summary": self.plan.summary(), "keys": self.plan.keys()},
             resume=resume,
             overwrite=overwrite,

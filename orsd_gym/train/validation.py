@@ -35,7 +35,7 @@ def validate_settings(config: Config, algo_settings: Any) -> None:
     creator = env_creator(config.env.id)
     if algo_settings.needs_expert_plans and not config.env.kwargs.get("expert"):
         raise ConfigError(
-            f"algo.params.rubric_source={algo_settings.rubric_source!r} needs the env's expert plan in the "
+            f"algo.per_algo.orsd.rubric_source={algo_settings.rubric_source!r} needs the env's expert plan in the "
             "trajectories: set env.kwargs.expert=reset (or true, which also gives credit alignment)"
         )
     check_teacher_test(config, algo_settings)
@@ -72,7 +72,8 @@ def check_teacher_test(config: Config, algo_settings: Any) -> None:
         try:
             load_rubric_file(test.teacher_rubric_file)
         except ConfigError as error:
-            raise ConfigError(str(error).replace("algo.params.rubric_file", "eval.teacher_rubric_file")) from None
+            message = str(error).replace("algo.per_algo.orsd.rubric_file", "eval.teacher_rubric_file")
+            raise ConfigError(message) from None
 
 
 def check_workers(config: Config) -> None:

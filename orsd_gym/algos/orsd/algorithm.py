@@ -71,10 +71,13 @@ class ORSDConfig(GRPOConfig):
 
     #: Candidate bundles per group (K) and criteria per bundle (M, at most).
     num_bundles: int = 4
+    #: Criteria per candidate bundle, at most (M).
     max_criteria: int = 4
+    #: Sampling temperature of the rubric proposals (0: greedy, all K alike).
     proposal_temperature: float = 1.0
     #: Enough for M=4 one-line criteria; every extra token is paid K times per group.
     proposal_max_new_tokens: int = 96
+    #: System prompt of the rubric writer.
     proposal_system: str = DEFAULT_PROPOSAL_SYSTEM
     #: Placeholders: {task}, {attempts}, {num_attempts}, {max_criteria}.
     proposal_template: str = DEFAULT_PROPOSAL_TEMPLATE
@@ -82,10 +85,14 @@ class ORSDConfig(GRPOConfig):
     offline_proposal_template: str = DEFAULT_OFFLINE_PROPOSAL_TEMPLATE
     #: How attempts are shown to the proposer and the verifier.
     attempt_max_obs_chars: int = 120
+    #: Steps of each attempt shown, at most (fewer when the prompt would not fit).
     attempt_max_steps: int = 16
     #: Token budget of a proposal prompt: attempts show fewer steps until it fits.
     proposal_max_context_tokens: int = 3072
+    #: How the verifier scores a criterion: "prob" (P(yes) renormalised over yes and no) or
+    #: "binary" (1 when yes is the likelier answer, else 0).
     verifier_scoring: Scoring = "prob"
+    #: System prompt of the verifier.
     verifier_system: str = DEFAULT_VERIFIER_SYSTEM
     #: Placeholders: {task}, {attempt}, {criterion}.
     verifier_template: str = DEFAULT_VERIFIER_TEMPLATE
@@ -93,13 +100,21 @@ class ORSDConfig(GRPOConfig):
     verifier_chunk_size: int = 64
     #: A bundle is selected only if its correlation is above this (strictly).
     min_corr: float = 0.0
+    #: "reward": the bundle whose scores correlate best with the rewards; "random": any bundle (a control).
     selection: Literal["reward", "random"] = "reward"
+    #: "online": rubrics written from each group's attempts; "offline": written once per task from the task
+    #: alone.
     rubric_mode: Literal["online", "offline"] = "online"
+    #: Where the replay puts the selected rubric: the system prompt, the first user message, or restated before
+    #: every turn ("turn").
     rubric_placement: Placement = "system"
     #: Placeholder: {rubric} (the selected criteria as a bulleted list).
     rubric_template: str = DEFAULT_RUBRIC_TEMPLATE
+    #: Weight of the correction delta added to the GRPO advantage (its meaning depends on `delta_scale`).
     beta: float = 0.1
+    #: Each token's delta is clipped to [-delta_clip, delta_clip] nats before it is scaled.
     delta_clip: float = 1.0
+    #: Subtract each trajectory's mean delta (removes a rubric's uniform shift of every token).
     center_delta: bool = False
     #: Where delta's "without rubric" log-probs come from: "rollout" (the batch's old log-probs,
     #: PPO's: no extra pass) or "rescore" (a separate scoring pass of the original sequences).
@@ -109,18 +124,19 @@ class ORSDConfig(GRPOConfig):
     #: rescaled so its mean |clip(delta)| equals the group's mean |advantage| (`group_delta_scale`),
     #: making ``beta`` the correction's share of a typical advantage. Its share of the *gradient*
     #: is larger: the delta sits on the uncertain tokens, where log-prob gradients are largest
-    #: (measured at 135M: beta 0.1 gave about 2x GRPO's gradient norm, 0.5 about 9x, and the
-    #: clipped steps followed the correction; keep beta <= 0.05 with "normalized").
+    #: (benchmarks/README.md, the beta study: keep beta small with "normalized").
     #: "bounded": "normalized", then each token's correction capped at ``correction_bound`` times
     #: its outcome advantage (`orsd_gym.algos.orsd.shaping`), so the correction can move credit
     #: between tokens but never outweigh or reverse the outcome: its gradient share is bounded
-    #: whatever beta. Use it where the outcome signal must lead (any beta large enough to move
-    #: credit at 135M let an unbounded correction swamp GRPO's gradient).
+    #: whatever beta. Use it where the outcome signal must lead.
     delta_scale: Literal["raw", "normalized", "bounded"] = "raw"
+    #: With delta_scale "bounded": each token's correction is at most this fraction of its |advantage|, in [0,
+    #: 1).
     correction_bound: float = 0.5
     #: Where candidate rubrics come from (`orsd_gym.algos.orsd.sources`): the method ("policy") or
     #: a control ("expert", "shuffled") or a person's file ("file", with ``rubric_file``).
     rubric_source: RubricSource = "policy"
+    #: With rubric_source "file": YAML mapping task keys (or "*") to lists of criteria.
     rubric_file: str | None = None
     #: What a "shuffled" source lends to other tasks: expert bundles or the policy's selected ones.
     shuffled_from: Literal["expert", "policy"] = "expert"

@@ -41,19 +41,19 @@ def load_rubric_file(path: str | Path) -> dict[str, list[list[str]]]:
     """``task key or "*" -> bundles`` from a YAML file; `ConfigError` naming what is wrong."""
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"algo.params.rubric_file: {str(path)!r} does not exist")
+        raise ConfigError(f"algo.per_algo.orsd.rubric_file: {str(path)!r} does not exist")
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as error:
-        raise ConfigError(f"algo.params.rubric_file: {path} is not valid YAML: {error}") from error
+        raise ConfigError(f"algo.per_algo.orsd.rubric_file: {path} is not valid YAML: {error}") from error
     if not isinstance(raw, Mapping) or not raw:
-        raise ConfigError(f"algo.params.rubric_file: {path} must map task keys (or '*') to lists of criteria")
+        raise ConfigError(f"algo.per_algo.orsd.rubric_file: {path} must map task keys (or '*') to lists of criteria")
     table: dict[str, list[list[str]]] = {}
     for key, value in raw.items():
         bundles = value if isinstance(value, list) and value and all(isinstance(v, list) for v in value) else [value]
         if not all(isinstance(b, list) and b and all(isinstance(c, str) and c.strip() for c in b) for b in bundles):
             raise ConfigError(
-                f"algo.params.rubric_file: entry {key!r} of {path} must be a list of criteria (strings) "
+                f"algo.per_algo.orsd.rubric_file: entry {key!r} of {path} must be a list of criteria (strings) "
                 "or a list of such lists"
             )
         table[str(key)] = [[c.strip() for c in b] for b in bundles]
