@@ -9,7 +9,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"
-sys.path.insert(0, str(Path(__file__).parent))  # tests/contract.py
+sys.path.insert(0, str(Path(__file__).parent / "helpers"))  # shared test helpers and test envs
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -51,7 +51,7 @@ def ray_cluster():
     subprocesses find it through ``RAY_ADDRESS``."""
     ray = pytest.importorskip("ray")
     saved = {key: os.environ.get(key) for key in ("PYTHONPATH", "RAY_ADDRESS")}
-    paths = [str(ROOT), str(Path(__file__).parent), saved["PYTHONPATH"] or ""]
+    paths = [str(ROOT), str(Path(__file__).parent / "helpers"), saved["PYTHONPATH"] or ""]
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     ray.init(address="local", num_cpus=2, logging_config=ray.LoggingConfig(log_level="ERROR"))
     os.environ["RAY_ADDRESS"] = ray.get_runtime_context().gcs_address

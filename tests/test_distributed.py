@@ -24,7 +24,6 @@ from orsd_gym.train.config import load_config  # noqa: E402
 from orsd_gym.train.launch import train  # noqa: E402
 from orsd_gym.train.metrics import read_metrics  # noqa: E402
 
-TESTS = Path(__file__).parent
 ITERATIONS = 2
 RUN = [
     "model.name=tiny-random",

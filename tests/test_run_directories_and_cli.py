@@ -23,7 +23,7 @@ from orsd_gym.train.metrics import read_metrics
 from orsd_gym.train.rundir import config_differences
 from orsd_gym.train.trainer import Trainer
 
-TESTS = Path(__file__).parent
+TESTS = Path(__file__).parent / "helpers"
 RUN = [
     "model.name=tiny-random",
     f"env.id={VOWEL_ENV}",

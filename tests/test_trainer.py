@@ -21,7 +21,7 @@ from orsd_gym.train.metrics import read_metrics
 from orsd_gym.train.plan import task_plan
 from orsd_gym.train.trainer import Trainer
 
-TESTS = Path(__file__).parent
+TESTS = Path(__file__).parent / "helpers"
 
 VOWEL_RUN = [
     "model.name=tiny-random",
