@@ -259,7 +259,7 @@ def test_maskable_ppo_beats_random_on_guess_number(tmp_path):
 
 
 def test_benchmark_script_smoke_run(tmp_path):
-    script = Path(__file__).resolve().parents[1] / "benchmarks" / "sb3_baselines.py"
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "studies" / "sb3_baselines.py"
     out = tmp_path / "sb3.json"
     done = subprocess.run(
         [

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_check.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "perf" / "gpu_check.py"
 
 
 def test_gpu_check_passes_on_the_cpu(tmp_path):

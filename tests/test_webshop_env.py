@@ -371,7 +371,7 @@ def test_benchmark_script_runs_at_a_tiny_size(tmp_path):
     import sys
     from pathlib import Path
 
-    script = Path(__file__).resolve().parents[1] / "benchmarks" / "webshop_perf.py"
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "perf" / "webshop_perf.py"
     out = tmp_path / "perf.json"
     done = subprocess.run(
         [sys.executable, str(script), "--large-products", "300", "--steps", "30", "--queries", "5", "--json", str(out)],

@@ -1,6 +1,6 @@
 """How many bytes one update micro-batch's forward and backward add, for a Llama-style decoder
 (SmolLM2, Qwen, Llama: pre-norm attention and a gated MLP). Calibrated against measured peaks
-in benchmarks/iteration_profile.py; another architecture needs its own model here."""
+in benchmarks/perf/iteration_profile.py; another architecture needs its own model here."""
 
 from __future__ import annotations
 

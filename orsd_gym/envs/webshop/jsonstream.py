@@ -3,7 +3,7 @@
 The full catalog (``items_shuffle.json``, 1.18M products) is one JSON array of several GB and
 ``items_ins_v2.json`` one JSON object keyed by ASIN. ``json.load`` would hold the whole parsed
 file (and its text) at once; these readers build one element at a time from a bounded read
-buffer, so peak memory is one buffer plus one record (benchmarks/webshop_json_loading.py).
+buffer, so peak memory is one buffer plus one record (benchmarks/perf/webshop_json_loading.py).
 """
 
 from __future__ import annotations

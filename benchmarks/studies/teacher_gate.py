@@ -16,7 +16,7 @@ Settings (SmolLM2-135M-Instruct, the study's generated ALFWorld rooms, 24 held-o
   rubric in context (``warm_start.rubric_share=0.5``) in the placement under test, so the
   policy can learn that a rubric tells it what to do; plain-N is its control.
 
-    python benchmarks/teacher_gate.py --settings zero-shot,plain-12,plain-48,rubric-48 \\
+    python benchmarks/studies/teacher_gate.py --settings zero-shot,plain-12,plain-48,rubric-48 \\
         --out benchmarks/results/teacher_gate
 
 Writes ``gate.json`` (every setting, its per-task outcomes, the commit and command) after each

@@ -4,9 +4,10 @@ A batch of episodes plays 10 turns with smollm2-135m on CPU; each turn samples u
 ``--new-tokens`` tokens and appends a fixed observation bridge. Both modes use the same seeds and
 must produce the same tokens; the printed ratio is wall time(re-encode) / wall time(reuse), each
 the best of ``--repeats`` alternating runs (the least disturbed, on a shared machine). Shared
-prompt prefixes are off in both modes (`benchmarks/shared_prefix.py` measures those).
+prompt prefixes are off in both modes (`benchmarks/perf/shared_prefix.py` measures those).
 
-    .venv/bin/python benchmarks/rollout_kv_cache.py [--model smollm2-135m] [--episodes 4] [--turns 10] [--json out.json]
+    .venv/bin/python benchmarks/perf/rollout_kv_cache.py [--model smollm2-135m] [--episodes 4] [--turns 10] \\
+        [--json out.json]
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ and the rescored ones (what it uses now). Each ratio is summarised over all samp
 over the decision tokens (sampled with p <= 0.9: the ones whose gradient is not ~0): mean
 |log ratio|, share outside GRPO's clip range [0.8, 1.2], approximate KL.
 
-    .venv/bin/python benchmarks/bf16_inference.py [--env orsd_gym/GuessNumber-v0] [--json out.json]
+    .venv/bin/python benchmarks/perf/bf16_inference.py [--env orsd_gym/GuessNumber-v0] [--json out.json]
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ Training: ``orsd-gym train`` on GuessNumber (``--model``, default SmolLM2-135M) 
 iteration's wall time is worker 0's rollout + advantages + update (it waits for the other
 worker at every all-reduce). The first iteration is reported apart (warm-up).
 
-    .venv/bin/python benchmarks/scale_out.py --json scale_out.json
-    .venv/bin/python benchmarks/scale_out.py --model tiny-random --steps 3 --iterations 2   # smoke run
+    .venv/bin/python benchmarks/perf/scale_out.py --json scale_out.json
+    .venv/bin/python benchmarks/perf/scale_out.py --model tiny-random --steps 3 --iterations 2   # smoke run
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ time(without) / wall time(with), best of ``--repeats`` alternating runs each; ea
 largest growth of resident memory while verifying is printed too (``--verifier-dtype bfloat16``
 for a bf16 verifier).
 
-    .venv/bin/python benchmarks/verifier_prefix.py [--attempts 4] [--criteria 12] [--json out.json]
+    .venv/bin/python benchmarks/perf/verifier_prefix.py [--attempts 4] [--criteria 12] [--json out.json]
 """
 
 from __future__ import annotations

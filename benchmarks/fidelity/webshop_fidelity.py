@@ -1,7 +1,7 @@
 """WebShop against the original: how often page 1 of search results lists the reference's
 products, and how many purchases the option matching changes.
 
-    .venv/bin/python benchmarks/webshop_fidelity.py          # about 10 s on the small set
+    .venv/bin/python benchmarks/fidelity/webshop_fidelity.py          # about 10 s on the small set
 
 Reads the official small set and reference_transcripts.json (episodes recorded from the
 original environment) at ../shared/data/webshop. Pages other than search results are checked
@@ -25,7 +25,7 @@ import orsd_gym  # noqa: F401  (registers the env)
 from orsd_gym.envs.webshop.pages import RESULTS_PER_PAGE
 from orsd_gym.envs.webshop.reward import OPTION_MATCHING, purchase_reward
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SHARED_WEBSHOP = ROOT.parent / "shared" / "data" / "webshop"
 _ASIN = re.compile(r"\bB[0-9A-Z]{9}\b")
 

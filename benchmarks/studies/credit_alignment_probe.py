@@ -13,7 +13,7 @@ each in the system message, the first user message, or restated next to every mo
 tokens of actions that agree with the expert's next action more than on the others; mean
 |delta| says how big it is. Both sides of delta come from full forward passes (``rescore``).
 
-    python benchmarks/credit_alignment_probe.py --episodes 24 --json PATH [KEY=VALUE overrides]
+    python benchmarks/studies/credit_alignment_probe.py --episodes 24 --json PATH [KEY=VALUE overrides]
 """
 
 from __future__ import annotations

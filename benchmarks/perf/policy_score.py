@@ -4,7 +4,7 @@ Scores ``--seqs`` sequences of ``--length`` tokens in which a quarter of the tok
 "model" tokens (loss mask 1), as in a multi-turn trajectory. Each mode runs in its own process
 so the peak RSS (ru_maxrss) is that mode's. Prints tokens/s, peak memory and the ratios.
 
-    .venv/bin/python benchmarks/policy_score.py [--model smollm2-135m] [--seqs 8] [--length 1024]
+    .venv/bin/python benchmarks/perf/policy_score.py [--model smollm2-135m] [--seqs 8] [--length 1024]
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Can SmolLM2-135M write rubric bundles ORSD can use? Proposal prompts and parsers, before and after.
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/rubric_proposals.py --json rubric_proposals.json
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/studies/rubric_proposals.py --json rubric_proposals.json
 
 On the demo preset (generated ALFWorld, pick_and_place_simple, 2 receptacles, no distractors),
 after its behaviour-cloning warm start (6 planner demonstrations), one batch of rollouts on

@@ -8,7 +8,7 @@ starts from a copy of its keys and values; without, each row encodes it. Same se
 checked identical; the ratio is wall time(without) / wall time(with), best of ``--repeats``
 alternating runs each.
 
-    .venv/bin/python benchmarks/shared_prefix.py [--group 8] [--prompt-tokens 500] [--json out.json]
+    .venv/bin/python benchmarks/perf/shared_prefix.py [--group 8] [--prompt-tokens 500] [--json out.json]
 """
 
 from __future__ import annotations

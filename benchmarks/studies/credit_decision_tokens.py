@@ -15,7 +15,7 @@ a name it has started), the rest are its *decisions* (which receptacle, which ob
   process raises the agreeing ones; a model that copies the rubric's words raises whatever the
   rubric mentions, agreeing or not.
 
-    python benchmarks/credit_decision_tokens.py COMPARISON_DIR [--sure 0.9] [--json PATH] [--examples N]
+    python benchmarks/studies/credit_decision_tokens.py COMPARISON_DIR [--sure 0.9] [--json PATH] [--examples N]
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """WebShop's privileged expert (`orsd_gym.envs.webshop.expert`): mean score and success rate.
 
-    .venv/bin/python benchmarks/webshop_expert.py --json webshop_expert.json   # about 1 min
+    .venv/bin/python benchmarks/fidelity/webshop_expert.py --json webshop_expert.json   # about 1 min
 
 Plays every test goal (the first 500 of the official small set at ../shared/data/webshop, or
 ``--data-dir``) and the embedded synthetic catalog's test goals, following the expert's plan
@@ -27,7 +27,7 @@ import numpy as np
 import orsd_gym  # noqa: F401  (registers the env)
 from orsd_gym.envs.webshop.expert import WebShopExpert, expert_query
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SHARED_WEBSHOP = ROOT.parent / "shared" / "data" / "webshop"
 SEARCHES = {"instruction": expert_query, "category_query": lambda goal: goal["query"]}
 #: (search, option matching) pairs measured on each catalog.

@@ -1,8 +1,8 @@
 """WebShop performance: env steps/s, search latency at 1k and >= 100k products, and the time and
 memory of loading a large catalog by streaming.
 
-    .venv/bin/python benchmarks/webshop_perf.py                       # defaults (a few minutes)
-    .venv/bin/python benchmarks/webshop_perf.py --large-products 1180000   # the full set's size
+    .venv/bin/python benchmarks/perf/webshop_perf.py                       # defaults (a few minutes)
+    .venv/bin/python benchmarks/perf/webshop_perf.py --large-products 1180000   # the full set's size
 
 The 1k figures use the official small set at ../shared/data/webshop when present (else the
 synthetic catalog at 1000 products). The large catalog is generated (synthetic, official file
@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SHARED_WEBSHOP = ROOT.parent / "shared" / "data" / "webshop"
 FULL_SET_PRODUCTS = 1_180_000
 

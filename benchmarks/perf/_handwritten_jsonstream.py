@@ -1,5 +1,5 @@
 """The hand-written streaming JSON reader that orsd_gym/envs/webshop/jsonstream.py used before it
-moved to `ijson` (commit 81a5826), kept as the baseline of benchmarks/webshop_json_loading.py.
+moved to `ijson` (commit 81a5826), kept as the baseline of benchmarks/perf/webshop_json_loading.py.
 
 The full catalog (``items_shuffle.json``, 1.18M products) is one JSON array of several GB and
 ``items_ins_v2.json`` one JSON object keyed by ASIN. ``json.load`` would hold the whole parsed

@@ -14,8 +14,8 @@ turn ends), and side by side on the same contexts at the rollout's mean batch si
 length, the engine's decode against the model's own batched decode (a bare forward with
 transformers' KV cache, one token per row per step: no sampling, masks or bookkeeping).
 
-    python benchmarks/iteration_profile.py                                  # demo + long, ~1 h on 2 cores
-    python benchmarks/iteration_profile.py --configs demo --json profile.json
+    python benchmarks/perf/iteration_profile.py                                  # demo + long, ~1 h on 2 cores
+    python benchmarks/perf/iteration_profile.py --configs demo --json profile.json
 """
 
 from __future__ import annotations

@@ -14,8 +14,9 @@ tasks at each evaluation (the expert's rubric, another task's, none) and the out
 correction's gradient at each update; the report says which link holds. Run it only on a
 setting that passes `teacher_gate.py`.
 
-    python benchmarks/orsd_study.py --setting rubric-48 --seeds 3 --out benchmarks/results/orsd_study_v2 [KEY=VALUE ...]
-    python benchmarks/orsd_study.py --arms grpo,orsd:expert@beta=0.1,orsd:shuffled@beta=0.1 ...  # a beta sweep
+    python benchmarks/studies/orsd_study.py --setting rubric-48 --seeds 3 \\
+        --out benchmarks/results/orsd_study_v2 [KEY=VALUE ...]
+    python benchmarks/studies/orsd_study.py --arms grpo,orsd:expert@beta=0.1,orsd:shuffled@beta=0.1 ...  # a beta sweep
 
 Writes the comparison report (report.md, results.json, curves) into ``--out``, with
 ``study.json``: the commit, the command, the arms and the wall time.

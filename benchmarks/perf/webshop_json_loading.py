@@ -1,7 +1,7 @@
 """WebShop's streamed JSON loading: the hand-written reader vs `ijson` (C backend), time and peak memory.
 
-    .venv/bin/python benchmarks/webshop_json_loading.py                      # 100k products, 3 repeats
-    .venv/bin/python benchmarks/webshop_json_loading.py --data-dir /tmp/ws100k --json out.json
+    .venv/bin/python benchmarks/perf/webshop_json_loading.py                      # 100k products, 3 repeats
+    .venv/bin/python benchmarks/perf/webshop_json_loading.py --data-dir /tmp/ws100k --json out.json
 
 A catalog of --products synthetic products in the official format (items_shuffle.json, an array;
 items_ins_v2.json, an object) is written to --data-dir (reused when its files are there, else a

@@ -5,7 +5,7 @@ the held-out success rate is neither 0 nor 1 and training groups have mixed outc
 plain GRPO and prints, per iteration, the training success rate, the fraction of groups with a
 learning signal and the held-out success rate (same fixed evaluation tasks throughout).
 
-    python benchmarks/grpo_learning_signal.py --iterations 4 [KEY=VALUE overrides]
+    python benchmarks/studies/grpo_learning_signal.py --iterations 4 [KEY=VALUE overrides]
 """
 
 from __future__ import annotations

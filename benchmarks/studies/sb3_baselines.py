@@ -18,8 +18,8 @@ arm's training throughput in env steps per second.
   Data from ``--webshop-data``, ``$WEBSHOP_DATA`` or ../shared/data/webshop; without data it
   falls back to the synthetic catalog and says so.
 
-    python benchmarks/sb3_baselines.py --envs guess,alfworld,webshop --seeds 3 --json sb3.json
-    python benchmarks/sb3_baselines.py --smoke          # a tiny run that checks the wiring
+    python benchmarks/studies/sb3_baselines.py --envs guess,alfworld,webshop --seeds 3 --json sb3.json
+    python benchmarks/studies/sb3_baselines.py --smoke          # a tiny run that checks the wiring
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from orsd_gym.envs.registry import text_env_class
 from orsd_gym.rollout import TaskSpec
 from orsd_gym.train.plan import merge_kwargs
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass

@@ -7,8 +7,8 @@ weights and keep them finite, and that
 ORSD selects a rubric and replays it; prints tokens/s per phase and the peak GPU memory.
 Exits non-zero on any error or failed check.
 
-    python benchmarks/gpu_check.py                       # CUDA, bf16
-    python benchmarks/gpu_check.py --device cpu          # smoke test of the script without a GPU
+    python benchmarks/perf/gpu_check.py                       # CUDA, bf16
+    python benchmarks/perf/gpu_check.py --device cpu          # smoke test of the script without a GPU
 """
 
 from __future__ import annotations

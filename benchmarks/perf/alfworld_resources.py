@@ -1,7 +1,7 @@
 """Reset/step latency and resident memory of the ALFWorld env over many resets.
 
-    python benchmarks/alfworld_resources.py                      # generated tasks, 200 resets
-    python benchmarks/alfworld_resources.py --split valid_seen --data-dir DIR
+    python benchmarks/perf/alfworld_resources.py                      # generated tasks, 200 resets
+    python benchmarks/perf/alfworld_resources.py --split valid_seen --data-dir DIR
 
 Each reset starts a different task (cycling through the pool), then a few admissible actions
 are played, as a rollout would. Prints latency percentiles and RSS checkpoints (this process

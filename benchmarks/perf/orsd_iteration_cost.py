@@ -7,8 +7,8 @@ shaping) and the update (micro-batched loss/backward and one AdamW step per mini
 Weights and optimiser are reset between runs. An iteration's time includes the shared
 rollout, since that is what a training iteration costs; the ratio without it is printed too.
 
-    .venv/bin/python benchmarks/orsd_iteration_cost.py                      # smollm2-135m on GuessNumber
-    .venv/bin/python benchmarks/orsd_iteration_cost.py --model tiny-random  # seconds, for a smoke run
+    .venv/bin/python benchmarks/perf/orsd_iteration_cost.py                      # smollm2-135m on GuessNumber
+    .venv/bin/python benchmarks/perf/orsd_iteration_cost.py --model tiny-random  # seconds, for a smoke run
 
 Goal: ORSD <= 1.5x GRPO per iteration.
 """

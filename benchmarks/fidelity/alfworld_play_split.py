@@ -1,6 +1,6 @@
 """Play a whole official ALFWorld split with the planner's expert actions; print wins and timing.
 
-python benchmarks/alfworld_play_split.py --data-dir $ALFWORLD_DATA --split valid_seen
+python benchmarks/fidelity/alfworld_play_split.py --data-dir $ALFWORLD_DATA --split valid_seen
 """
 
 from __future__ import annotations
