@@ -164,7 +164,7 @@ def test_orsd_prepare_and_loss_end_to_end(policy, batch):
     assert prepared.metrics["orsd/rubric_frac"] == pytest.approx(2 / 3)
     assert prepared.metrics["orsd/abs_delta_mean"] > 0
 
-    grpo_adv = prepared.token_extras["grpo_advantage"]
+    grpo_adv = prepared.outcome_advantages
     for i, trajectory in enumerate(prepared.trajectories):
         mask = torch.tensor(trajectory.loss_mask, dtype=torch.float32)
         delta = prepared.token_extras["orsd_delta"][i]

@@ -42,7 +42,7 @@ def test_gradient_share_equals_the_hand_computed_split(policy, entropy_coef):
         rewards=[1.0, 0.0, 0.0],
         advantages=[o + c for o, c in zip(outcome, correction)],
         old_logprobs=[lp.detach().float() for lp in old],
-        token_extras={"grpo_advantage": outcome},
+        outcome_advantages=outcome,
     )
     algorithm = make_algorithm("grpo", {"entropy_coef": entropy_coef})
     found = gradient_share(policy, algorithm, batch, [0, 1, 2])
@@ -68,7 +68,7 @@ def test_no_correction_has_no_angle(policy):
     with torch.no_grad():
         old = policy.score([t.token_ids for t in trajectories], [t.loss_mask for t in trajectories])
     batch = PreparedBatch(
-        trajectories, [1.0, 0.0], list(outcome), [lp.float() for lp in old], token_extras={"grpo_advantage": outcome}
+        trajectories, [1.0, 0.0], list(outcome), [lp.float() for lp in old], outcome_advantages=outcome
     )
     found = gradient_share(policy, make_algorithm("grpo", {}), batch, [0, 1])
     assert found["grad_share/correction_norm"] == 0.0 and "grad_share/cosine" not in found

@@ -58,15 +58,32 @@ class PreparedBatch:
     metrics: dict[str, float] = field(default_factory=dict)
     #: JSON-safe per-group records (ORSD: bundles, correlations, selected rubric, delta stats).
     audit: list[dict[str, Any]] = field(default_factory=list)
-    #: Per-token extras for inspection and for the loss (e.g. ``grpo_advantage``, ``orsd_delta``,
-    #: ``ref_logprobs``), each a list aligned with `trajectories`.
+    #: The outcome's advantage per token before any correction (GRPO's; what ORSD shapes and the
+    #: gradient-share diagnostic splits off). None: `advantages` are the outcome's.
+    outcome_advantages: list[torch.Tensor] | None = None
+    #: The frozen reference's log-probs of the sampled tokens, in the update dtype: the KL
+    #: term's input (None without a KL term).
+    ref_logprobs: list[torch.Tensor] | None = None
+    #: Per-token values for inspection only (e.g. ORSD's ``orsd_delta``), each a list aligned
+    #: with `trajectories`; no loss reads them.
     token_extras: dict[str, list[torch.Tensor]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         n = len(self.trajectories)
-        for name in ("rewards", "advantages", "old_logprobs"):
-            if len(getattr(self, name)) != n:
-                raise ValueError(f"PreparedBatch.{name} has {len(getattr(self, name))} entries for {n} trajectories")
+        for name in ("rewards", "advantages", "old_logprobs", "outcome_advantages", "ref_logprobs"):
+            value = getattr(self, name)
+            if value is not None and len(value) != n:
+                raise ValueError(f"PreparedBatch.{name} has {len(value)} entries for {n} trajectories")
+
+    def inspection(self) -> dict[str, list[torch.Tensor]]:
+        """Every per-token series of the batch by name, as an audit records them (``advantages``,
+        ``grpo_advantage`` for the outcome's, ``ref_logprobs`` and the extras)."""
+        series = {**self.token_extras, "advantages": self.advantages}
+        if self.outcome_advantages is not None:
+            series["grpo_advantage"] = self.outcome_advantages
+        if self.ref_logprobs is not None:
+            series["ref_logprobs"] = self.ref_logprobs
+        return series
 
 
 class Algorithm(ABC):

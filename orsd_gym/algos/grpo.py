@@ -251,7 +251,8 @@ class GRPO(Algorithm):
                     sequence_adv[i] = float(a)
         advantages = [broadcast_advantage(a, t.loss_mask) for a, t in zip(sequence_adv, trajectories, strict=True)]
         old, sampler_gap = old_logprobs(policy, trajectories, self.config.temperature)
-        extras: dict[str, list[torch.Tensor]] = {"grpo_advantage": [a.clone() for a in advantages]}
+        outcome = [a.clone() for a in advantages]
+        reference = None
         if self.config.kl_coef > 0:
             assert self.reference is not None
             ref = self.reference.score(
@@ -260,7 +261,7 @@ class GRPO(Algorithm):
                 temperature=self.config.temperature,
                 in_update_dtype=True,
             )
-            extras["ref_logprobs"] = [r.detach().float().cpu() for r in ref]
+            reference = [r.detach().float().cpu() for r in ref]
         # Per episode (its first sample), whatever the layout.
         firsts = [episode[0] for episodes in groups.values() for episode in episodes]
         metrics = {
@@ -277,7 +278,8 @@ class GRPO(Algorithm):
             old_logprobs=old,
             metrics=metrics,
             audit=[],
-            token_extras=extras,
+            outcome_advantages=outcome,
+            ref_logprobs=reference,
         )
 
     def minibatch_weight(self, batch: PreparedBatch, minibatch_indices: Sequence[int]) -> float:
@@ -317,7 +319,7 @@ class GRPO(Algorithm):
             loss, clipped = ppo_clip_loss(new_lp, old, adv, cfg.clip_low, cfg.clip_high)
             pg_sum += float((loss.detach() * mask).sum())
             if cfg.kl_coef > 0:
-                kl = kl_k3(new_lp, batch.token_extras["ref_logprobs"][i].to(new_lp))
+                kl = kl_k3(new_lp, batch.ref_logprobs[i].to(new_lp))
                 loss = loss + cfg.kl_coef * kl
                 kl_sum += float((kl.detach() * mask).sum())
             if entropies is not None:

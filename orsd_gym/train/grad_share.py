@@ -30,16 +30,13 @@ import torch
 from orsd_gym.algos.base import Algorithm, PreparedBatch
 from orsd_gym.policies.base import Policy
 
-#: The per-token extras an algorithm must provide for the split (GRPO's advantage before shaping).
-OUTCOME = "grpo_advantage"
-
 
 def gradient_share(policy: Policy, algorithm: Algorithm, batch: PreparedBatch, micro: list[int]) -> dict[str, float]:
     """``grad_share/*``: the outcome's and the correction's gradient norms on ``micro``, their
     ratio and their cosine (empty when the batch has no outcome advantages to split off)."""
-    if OUTCOME not in batch.token_extras or not micro:
+    if batch.outcome_advantages is None or not micro:
         return {}
-    outcome = batch.token_extras[OUTCOME]
+    outcome = batch.outcome_advantages
     passes = {"outcome": outcome, "shaped": batch.advantages}
     cfg = algorithm.config
     if getattr(cfg, "kl_coef", 0.0) > 0 or getattr(cfg, "entropy_coef", 0.0) > 0:

@@ -30,9 +30,8 @@ def write_audit(directory: Path, batches: list[PreparedBatch]) -> None:
     order (so in group order)."""
     directory.mkdir(parents=True, exist_ok=True)
     save_jsonl([t for batch in batches for t in batch.trajectories], directory / "trajectories.jsonl")
-    keys = batches[0].token_extras
-    extras = {key: [t.tolist() for batch in batches for t in batch.token_extras[key]] for key in keys}
-    extras["advantages"] = [t.tolist() for batch in batches for t in batch.advantages]
+    keys = batches[0].inspection()
+    extras = {key: [t.tolist() for batch in batches for t in batch.inspection()[key]] for key in keys}
     (directory / "token_extras.json").write_text(json.dumps(extras))
     groups = [record for batch in batches for record in batch.audit]
     (directory / "groups.json").write_text(json.dumps(groups, indent=1, default=str))

@@ -378,7 +378,7 @@ class ORSD(GRPO):
             if group.selected is None:
                 continue
             clipped = masked_deltas(deltas, trajs, group.indices).abs().clamp(max=self.config.delta_clip)
-            advantages = [float(batch.token_extras["grpo_advantage"][i].abs().max()) for i in group.attempts]
+            advantages = [float(batch.outcome_advantages[i].abs().max()) for i in group.attempts]
             scale = group_delta_scale(advantages, clipped)
             scales.update({i: scale for i in group.indices})
         return scales

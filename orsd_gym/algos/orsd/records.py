@@ -110,7 +110,7 @@ def capped_frac(
     """Share of the corrected tokens (non-zero delta) whose correction the bound capped."""
     capped = total = 0
     for i, correction in enumerate(corrections):
-        outcome = batch.token_extras["grpo_advantage"][i]
+        outcome = batch.outcome_advantages[i]
         touched = deltas[i] != 0
         capped += int((touched & (correction.abs() >= cfg.correction_bound * outcome.abs() - 1e-12)).sum())
         total += int(touched.sum())
