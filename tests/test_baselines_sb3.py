@@ -24,6 +24,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
 from orsd_gym.baselines import (
     SB3_ALGORITHMS,
+    BaselineConfig,
     RandomAdmissibleAgent,
     evaluate,
     load_baseline,
@@ -174,15 +175,10 @@ def test_save_load_round_trips_the_same_actions(algo, tmp_path):
 def test_train_baseline_curve_saving_and_reloading(tmp_path):
     result = train_baseline(
         GUESS,
-        train_tasks=TASKS[:6],
-        eval_tasks=TASKS[6:],
-        algo="maskable_ppo",
-        total_env_steps=300,
-        eval_every_steps=128,
-        n_envs=2,
-        seed=0,
+        TASKS[:6],
+        TASKS[6:],
+        BaselineConfig(algo="maskable_ppo", total_env_steps=300, eval_every_steps=128, n_envs=2, seed=0, **SMALL),
         out_dir=tmp_path,
-        **SMALL,
     )
     assert [p.env_steps for p in result.curve] == [0, 128, 256, 384]  # 2 envs x 64 steps per rollout
     assert result.train_env_steps == 384 and result.env_steps_per_second > 0
@@ -197,22 +193,17 @@ def test_train_baseline_curve_saving_and_reloading(tmp_path):
 
 
 def test_train_baseline_random_and_bad_arguments(tmp_path):
-    result = train_baseline(GUESS, train_tasks=TASKS, eval_tasks=TASKS, algo="random", out_dir=tmp_path, **SMALL)
+    result = train_baseline(GUESS, TASKS, TASKS, BaselineConfig(algo="random", **SMALL), out_dir=tmp_path)
     assert len(result.curve) == 1 and result.curve[0].env_steps == 0 and result.model_path is None
     assert all(e.empty_slots == 0 for e in result.final.episodes)
     assert (tmp_path / "result.json").is_file() and not (tmp_path / "model.zip").exists()
     # The held-out side may be other data: number 12 exists only in the evaluation env.
     wider = train_baseline(
-        GUESS,
-        train_tasks=TASKS,
-        eval_tasks=[TaskSpec(0, 11)],
-        algo="random",
-        eval_env_kwargs={"high": 12},
-        max_actions=12,
+        GUESS, TASKS, [TaskSpec(0, 11)], BaselineConfig(algo="random", eval_env_kwargs={"high": 12}, max_actions=12)
     )
     assert wider.final.episodes[0].task_id == 11
     with pytest.raises(ValueError, match="maskable_ppo"):
-        train_baseline(GUESS, train_tasks=TASKS, eval_tasks=TASKS, algo="a2c")
+        BaselineConfig(algo="a2c")
     with pytest.raises(ValueError, match="no saved model"):
         load_baseline(tmp_path, "random")
 
@@ -225,15 +216,10 @@ def test_maskable_ppo_beats_random_on_guess_number(tmp_path):
     tasks = [TaskSpec(seed=0, task_id=k) for k in range(16)]
     result = train_baseline(
         GUESS,
-        train_tasks=tasks,
-        eval_tasks=tasks,
-        algo="maskable_ppo",
-        total_env_steps=16_000,
-        eval_every_steps=4_000,
-        n_envs=4,
-        seed=0,
+        tasks,
+        tasks,
+        BaselineConfig(algo="maskable_ppo", total_env_steps=16_000, eval_every_steps=4_000, n_envs=4, seed=0, **setup),
         out_dir=tmp_path,
-        **setup,
     )
     env = make_choice_env(GUESS, **setup)
     random_agent = RandomAdmissibleAgent(seed=0)

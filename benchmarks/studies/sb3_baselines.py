@@ -38,7 +38,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from orsd_gym.baselines import train_baseline
+from orsd_gym.baselines import BaselineConfig, train_baseline
 from orsd_gym.envs.registry import text_env_class
 from orsd_gym.rollout import TaskSpec
 from orsd_gym.train.plan import merge_kwargs
@@ -139,16 +139,18 @@ def run_env(setup: EnvSetup, seeds: list[int], n_envs: int, eval_every: int, out
             results.append(
                 train_baseline(
                     setup.env_id,
-                    env_kwargs=setup.env_kwargs,
-                    eval_env_kwargs=setup.eval_env_kwargs,
-                    train_tasks=setup.train_tasks,
-                    eval_tasks=setup.eval_tasks,
-                    algo=algo,
-                    total_env_steps=setup.total_env_steps,
-                    eval_every_steps=eval_every,
-                    seed=seed,
-                    max_actions=setup.max_actions,
-                    n_envs=n_envs,
+                    setup.train_tasks,
+                    setup.eval_tasks,
+                    BaselineConfig(
+                        algo=algo,
+                        total_env_steps=setup.total_env_steps,
+                        eval_every_steps=eval_every,
+                        seed=seed,
+                        env_kwargs=setup.env_kwargs,
+                        eval_env_kwargs=setup.eval_env_kwargs,
+                        max_actions=setup.max_actions,
+                        n_envs=n_envs,
+                    ),
                     out_dir=out / setup.name / f"{algo}-seed{seed}",
                 )
             )

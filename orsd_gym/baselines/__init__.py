@@ -15,9 +15,10 @@ from orsd_gym.baselines.algorithms import ALGORITHMS, SB3_ALGORITHMS, MaskedDQN,
 from orsd_gym.baselines.envs import make_choice_env  # noqa: E402  (after the guard)
 from orsd_gym.baselines.evaluation import EpisodeStats, EvalPoint, evaluate, play_episode  # noqa: E402  (after the guard)
 from orsd_gym.baselines.policies import DRRNActorCriticPolicy, DRRNFeatures, DRRNQPolicy, MaskableDRRNPolicy  # noqa: E402  (after the guard)
-from orsd_gym.baselines.train import BaselineResult, load_baseline, train_baseline  # noqa: E402  (after the guard)
+from orsd_gym.baselines.train import BaselineConfig, BaselineResult, load_baseline, train_baseline  # noqa: E402  (after the guard)
 
 __all__ = [
+    "BaselineConfig",
     "ALGORITHMS",
     "SB3_ALGORITHMS",
     "BaselineResult",

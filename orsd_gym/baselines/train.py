@@ -99,64 +99,75 @@ def _monitored(factory: Callable[..., gym.Env], seed: int) -> Monitor:
     return Monitor(factory(seed=seed))
 
 
+@dataclass(frozen=True)
+class BaselineConfig:
+    """How a classic-RL baseline trains and is evaluated (what `train_baseline` takes)."""
+
+    #: The algorithm: "maskable_ppo", "ppo", "dqn" (SB3) or "random" (uniform over admissible actions).
+    algo: AlgoName = "maskable_ppo"
+    #: Environment steps of training (SB3 collects whole rollouts: it may run a little past).
+    total_env_steps: int = 20_000
+    #: Evaluate every N training env steps (and before training and at the end).
+    eval_every_steps: int = 5_000
+    #: Seeds the model, the training envs' task passes (sub-env i: seed + i) and random play.
+    seed: int = 0
+    #: Arguments of ``gym.make`` for the training envs.
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    #: Arguments of ``gym.make`` for the evaluation env (None: ``env_kwargs``), for envs whose
+    #: held-out side is other data (WebShop's test goals, ALFWorld's valid games).
+    eval_env_kwargs: dict[str, Any] | None = None
+    #: Admissible-action slots of the fixed-size action space (`make_choice_env`).
+    max_actions: int = 16
+    #: How text becomes the observation vector: "hashed" bag of words, or a `TextEncoder`.
+    encoder: str | TextEncoder = "hashed"
+    #: Previous steps the observation shows.
+    history: int = 2
+    #: Training envs stepped side by side.
+    n_envs: int = 1
+    #: Step the training envs in subprocesses (``SubprocVecEnv``).
+    subprocesses: bool = False
+    #: Overrides of the algorithm's defaults (`SB3_ALGORITHMS`), e.g. ``{"policy_kwargs": {...}}``.
+    algo_kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.algo not in ALGORITHMS:
+            raise ValueError(f"unknown baseline algo {self.algo!r}; choose one of {', '.join(ALGORITHMS)}")
+        if self.total_env_steps < 1 or self.eval_every_steps < 1 or self.n_envs < 1:
+            raise ValueError("total_env_steps, eval_every_steps and n_envs must be >= 1")
+
+
 def train_baseline(
     env_id: str,
-    *,
     train_tasks: Sequence[int | TaskSpec],
     eval_tasks: Sequence[int | TaskSpec],
-    algo: AlgoName = "maskable_ppo",
-    total_env_steps: int = 20_000,
-    eval_every_steps: int = 5_000,
-    seed: int = 0,
-    env_kwargs: dict[str, Any] | None = None,
-    eval_env_kwargs: dict[str, Any] | None = None,
-    max_actions: int = 16,
-    encoder: str | TextEncoder = "hashed",
-    history: int = 2,
-    n_envs: int = 1,
-    subprocesses: bool = False,
-    algo_kwargs: dict[str, Any] | None = None,
+    config: BaselineConfig | None = None,
+    *,
     out_dir: str | Path | None = None,
 ) -> BaselineResult:
-    """Train ``algo`` on ``train_tasks`` and evaluate it on every task of ``eval_tasks``.
+    """Train ``config.algo`` on ``train_tasks`` and evaluate it on every task of ``eval_tasks``.
 
     Tasks are int reset seeds or `TaskSpec(seed, task_id)`, as for `collect`; training tasks are
-    tasks of ``gym.make(env_id, **env_kwargs)``, held-out ones of ``gym.make(env_id, **eval_env_kwargs)``
-    (default: ``env_kwargs``), for envs whose held-out side is other data (WebShop's test goals,
-    ALFWorld's valid games). Training envs play ``train_tasks`` in seeded passes (`TaskSchedule`;
-    sub-env ``i`` reshuffles with ``seed + i``); evaluation plays each held-out task once with the
-    deterministic policy, before training, every ``eval_every_steps`` env steps and at the end.
-    SB3 collects whole rollouts, so training may run a little past ``total_env_steps``
-    (``train_env_steps`` is the real count). ``algo_kwargs`` override the algorithm's defaults
-    (`SB3_ALGORITHMS`), e.g. ``{"policy_kwargs": {...}}``.
-    ``subprocesses=True`` steps the ``n_envs`` training envs in a ``SubprocVecEnv``.
-
+    tasks of ``gym.make(env_id, **config.env_kwargs)``, held-out ones of the evaluation env
+    (`BaselineConfig.eval_env_kwargs`). Training envs play ``train_tasks`` in seeded passes
+    (`TaskSchedule`); evaluation plays each held-out task once with the deterministic policy,
+    before training, every ``eval_every_steps`` env steps and at the end
+    (``train_env_steps`` is the real count of training steps).
     With ``out_dir``, the model is saved as ``model.zip`` (reload with `load_baseline`) and the
     result as ``result.json``.
     """
-    if algo not in ALGORITHMS:
-        raise ValueError(f"unknown baseline algo {algo!r}; choose one of {', '.join(ALGORITHMS)}")
-    if total_env_steps < 1 or eval_every_steps < 1 or n_envs < 1:
-        raise ValueError("total_env_steps, eval_every_steps and n_envs must be >= 1")
+    config = config or BaselineConfig()
+    algo, seed = config.algo, config.seed
     train_tasks = [as_task_spec(t) for t in train_tasks]
     eval_tasks = [as_task_spec(t) for t in eval_tasks]
-    encoder = make_encoder(encoder)  # one instance: a model encoder then loads once per process
+    encoder = make_encoder(config.encoder)  # one instance: a model encoder then loads once per process
     settings = {
         "train_tasks": [asdict(t) for t in train_tasks],
         "eval_tasks": [asdict(t) for t in eval_tasks],
-        "total_env_steps": total_env_steps,
-        "eval_every_steps": eval_every_steps,
-        "env_kwargs": env_kwargs or {},
-        "eval_env_kwargs": eval_env_kwargs,
-        "max_actions": max_actions,
+        **{k: v for k, v in asdict(config).items() if k not in ("algo", "seed", "encoder")},
         "encoder": repr(encoder),
-        "history": history,
-        "n_envs": n_envs,
-        "subprocesses": subprocesses,
-        "algo_kwargs": algo_kwargs or {},
     }
-    wrapping = {"max_actions": max_actions, "encoder": encoder, "history": history}
-    eval_kwargs = env_kwargs if eval_env_kwargs is None else eval_env_kwargs
+    wrapping = {"max_actions": config.max_actions, "encoder": encoder, "history": config.history}
+    eval_kwargs = config.env_kwargs if config.eval_env_kwargs is None else config.eval_env_kwargs
     # No TaskSchedule on the evaluation env: evaluation resets each held-out task by name.
     eval_env = make_choice_env(env_id, env_kwargs=eval_kwargs, **wrapping)
 
@@ -167,21 +178,21 @@ def train_baseline(
 
     spec = SB3_ALGORITHMS[algo]
     train_env = _vec_env(
-        functools.partial(make_choice_env, env_id, env_kwargs=env_kwargs, tasks=train_tasks, **wrapping),
-        n_envs,
+        functools.partial(make_choice_env, env_id, env_kwargs=config.env_kwargs, tasks=train_tasks, **wrapping),
+        config.n_envs,
         seed,
-        subprocesses,
+        config.subprocesses,
     )
 
     def evaluate_at(model: BaseAlgorithm, env_steps: int) -> EvalPoint:
         return evaluate(model, eval_env, eval_tasks, env_steps=env_steps, takes_action_masks=spec.takes_action_masks)
 
-    callback = _PeriodicEvaluation(evaluate_at, eval_every_steps)
+    callback = _PeriodicEvaluation(evaluate_at, config.eval_every_steps)
     with eval_env:
         try:
-            model = spec.cls(spec.policy, train_env, seed=seed, verbose=0, **{**spec.defaults, **(algo_kwargs or {})})
+            model = spec.cls(spec.policy, train_env, seed=seed, verbose=0, **{**spec.defaults, **config.algo_kwargs})
             start = time.perf_counter()
-            model.learn(total_timesteps=total_env_steps, callback=callback)
+            model.learn(total_timesteps=config.total_env_steps, callback=callback)
         finally:
             train_env.close()
     train_seconds = time.perf_counter() - start - callback.eval_seconds

@@ -27,7 +27,7 @@ EVALUATIONS = 5
 
 def run_baseline(config: Config, algo: str, run_dir: Path, env_steps: int) -> None:
     """Train and evaluate baseline ``algo`` for ``env_steps`` environment steps into ``run_dir``."""
-    from orsd_gym.baselines import train_baseline  # needs the sb3 extra, only when a baseline runs
+    from orsd_gym.baselines import BaselineConfig, train_baseline  # the sb3 extra, only when a baseline runs
 
     record = {**run_record(config), "baseline": {"algo": algo, "env_steps": env_steps}}
     saved = run_dir / "config.yaml"
@@ -39,14 +39,16 @@ def run_baseline(config: Config, algo: str, run_dir: Path, env_steps: int) -> No
     step_limit = {} if config.env.max_episode_steps is None else {"max_episode_steps": config.env.max_episode_steps}
     result = train_baseline(
         plan.env_id,
-        train_tasks=list(dict.fromkeys(task.spec for tasks in plan.train for task in tasks)),
-        eval_tasks=[task.spec for task in plan.eval],
-        algo=algo,
-        total_env_steps=env_steps,
-        eval_every_steps=max(1, env_steps // EVALUATIONS),
-        seed=config.train.seed,
-        env_kwargs=merge_kwargs(plan.train_kwargs, step_limit),
-        eval_env_kwargs=merge_kwargs(plan.eval_kwargs, step_limit),
+        list(dict.fromkeys(task.spec for tasks in plan.train for task in tasks)),
+        [task.spec for task in plan.eval],
+        BaselineConfig(
+            algo=algo,
+            total_env_steps=env_steps,
+            eval_every_steps=max(1, env_steps // EVALUATIONS),
+            seed=config.train.seed,
+            env_kwargs=merge_kwargs(plan.train_kwargs, step_limit),
+            eval_env_kwargs=merge_kwargs(plan.eval_kwargs, step_limit),
+        ),
         out_dir=run_dir,
     )
     with open(run_dir / "eval.jsonl", "w", encoding="utf-8") as handle:
