@@ -18,7 +18,8 @@ from orsd_gym.algos.grpo import (
     minibatch_normaliser,
     ppo_clip_loss,
 )
-from orsd_gym.algos.rewards import RewardConfig, trajectory_reward
+from orsd_gym.algos.rewards import RewardConfig, trajectory_reward, turn_penalties
+from orsd_gym.envs.base import NO_PROGRESS
 from orsd_gym.errors import ConfigError, UnknownAlgorithmError
 from orsd_gym.rollout.trajectory import Trajectory, TurnSpan
 
@@ -132,6 +133,20 @@ def test_reward_config_penalties():
     assert trajectory_reward(_trajectory(False, [True], [True]), cfg) == 0.0
     with pytest.raises(ValueError, match="magnitudes"):
         RewardConfig(invalid_action_penalty=-1)
+
+
+def test_no_progress_penalty_charges_a_repeated_action_that_changed_nothing():
+    # Turns: progress; invalid (not a repeat); a valid repeat on an unchanged page; an invalid repeat.
+    traj = _trajectory(False, [True, False, True, False], [True] * 4)
+    traj.infos = [{"is_valid_action": True}] + [
+        {"is_valid_action": valid, NO_PROGRESS: repeated}
+        for valid, repeated in [(True, False), (False, False), (True, True), (False, True)]
+    ]
+    cfg = RewardConfig(outcome="return", invalid_action_penalty=0.1, no_progress_penalty=0.25)
+    assert turn_penalties(traj, cfg) == pytest.approx([0.0, 0.1, 0.25, 0.25])  # neither, invalid, repeat, both: max
+    assert turn_penalties(traj, RewardConfig(invalid_action_penalty=0.1)) == pytest.approx([0.0, 0.1, 0.0, 0.1])
+    with pytest.raises(ValueError, match="magnitudes"):
+        RewardConfig(no_progress_penalty=-0.1)
 
 
 def test_registry_and_config_validation():

@@ -279,6 +279,29 @@ def test_invalid_actions_are_noops_on_every_page():
     assert out[0] == obs_done and out[1] == 0.0 and out[2] and out[4]["is_valid_action"] is False
 
 
+def test_a_repeated_action_on_an_unchanged_page_makes_no_progress():
+    """``info["no_progress"]`` (what the WebShop presets' reward penalises): the previous action
+    again on a page it left as it was, whether the env accepted it or not."""
+    env = gym.make(ENV_ID, goal_split="all")
+    env.reset(options={"goal_index": 0})
+    goal = env.unwrapped.goals[0]
+    option = next(iter(goal["goal_options"].values()))
+    script = [
+        (f"search[{goal['name']}]", True, False),
+        (f"search[{goal['name']}]", False, True),  # no search bar on the results page: unchanged
+        ("click[next >]", True, False),
+        ("click[< prev]", True, False),
+        (f"click[{goal['asin'].lower()}]", True, False),
+        (f"click[{option}]", True, False),  # the option is now shown as chosen
+        (f"click[{option}]", True, True),  # chosen again: accepted, and the page is the same
+        ("click[description]", True, False),
+        ("click[description]", False, True),
+    ]
+    for action, valid, repeated in script:
+        *_, info = env.step(action)
+        assert (info["is_valid_action"], info["no_progress"]) == (valid, repeated), action
+
+
 def test_wrong_product_scores_less_than_one():
     env = gym.make(ENV_ID, goal_split="all")
     env.reset(options={"goal_index": 3})

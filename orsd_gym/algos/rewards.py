@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from orsd_gym.envs.base import NO_PROGRESS
 from orsd_gym.rollout.trajectory import Trajectory
 
 
@@ -17,7 +18,9 @@ class RewardConfig:
              - sum over turns of the turn's penalty, where a turn pays
                  format_penalty          if its action could not be parsed (``format_valid`` False),
                  invalid_action_penalty  if the env rejected it (``is_valid_action`` False),
-                 the larger of the two   if both (one bad turn is penalised once).
+                 no_progress_penalty     if it repeated the previous action on an unchanged
+                                         observation (``no_progress`` True: it changed nothing),
+                 the largest of these    if several (one bad turn is penalised once).
     """
 
     #: "success": success_reward for a won episode, else 0; "return": the episode's return (partial credit, e.g.
@@ -29,10 +32,13 @@ class RewardConfig:
     invalid_action_penalty: float = 0.0
     #: Per model turn with ``format_valid`` False (0 disables).
     format_penalty: float = 0.0
+    #: Per step whose info says ``no_progress``: the previous action again, on an unchanged
+    #: observation (0 disables).
+    no_progress_penalty: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.invalid_action_penalty < 0 or self.format_penalty < 0:
-            raise ValueError("invalid_action_penalty and format_penalty are magnitudes and must be >= 0")
+        if min(self.invalid_action_penalty, self.format_penalty, self.no_progress_penalty) < 0:
+            raise ValueError("invalid_action_penalty, format_penalty and no_progress_penalty are magnitudes: >= 0")
 
 
 def turn_penalties(trajectory: Trajectory, config: RewardConfig) -> list[float]:
@@ -41,8 +47,13 @@ def turn_penalties(trajectory: Trajectory, config: RewardConfig) -> list[float]:
     for turn, info in enumerate(trajectory.infos[1:]):
         unparsable = turn < len(trajectory.format_valid) and not trajectory.format_valid[turn]
         rejected = info.get("is_valid_action") is False
+        repeated = info.get(NO_PROGRESS) is True
         penalties.append(
-            max(config.format_penalty if unparsable else 0.0, config.invalid_action_penalty if rejected else 0.0)
+            max(
+                config.format_penalty if unparsable else 0.0,
+                config.invalid_action_penalty if rejected else 0.0,
+                config.no_progress_penalty if repeated else 0.0,
+            )
         )
     return penalties
 

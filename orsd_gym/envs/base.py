@@ -47,6 +47,11 @@ ExpertMode = bool | Literal["reset"]
 EXPERT_MODES = (False, True, "reset")
 EXPERT_ACTIONS = "expert_actions"
 
+#: Info key every `TextEnv` step sets: True when the action repeats the previous step's action
+#: (surrounding whitespace aside) and the observation is unchanged by it, so the step could not
+#: have made progress (a reward may penalise it: `RewardConfig.no_progress_penalty`).
+NO_PROGRESS = "no_progress"
+
 
 def check_expert_mode(expert: Any) -> ExpertMode:
     """``expert`` as given when it is one of `EXPERT_MODES`; raises ValueError otherwise."""
@@ -109,6 +114,7 @@ class TextEnv(DefaultPresentation, gym.Env[str, str], ABC):
         self._last_observation = ""
         self._won = False
         self._done = False
+        self._previous_action: str | None = None
 
     # ------------------------------------------------------------------ what subclasses provide
     @property
@@ -170,6 +176,7 @@ class TextEnv(DefaultPresentation, gym.Env[str, str], ABC):
         self._task_id = task_id
         self._won = False
         self._done = False
+        self._previous_action = None
         try:
             started = self._start_task(task_id, options)
         except OrsdGymError:
@@ -221,8 +228,10 @@ class TextEnv(DefaultPresentation, gym.Env[str, str], ABC):
             raise self._broken(f"_play's info is {_shown(outcome.info)}, not a dict", action=action)
         self._won = self._won or bool(outcome.won)
         self._done = bool(outcome.terminated)
-        self._last_observation = self._fit_observation(observation)
-        info = self._info(dict(outcome.info), is_valid_action=outcome.is_valid_action)
+        observation = self._fit_observation(observation)
+        repeated = action.strip() == self._previous_action and observation == self._last_observation
+        self._previous_action, self._last_observation = action.strip(), observation
+        info = self._info({**outcome.info, NO_PROGRESS: repeated}, is_valid_action=outcome.is_valid_action)
         return self._last_observation, float(outcome.reward), bool(outcome.terminated), False, info
 
     def render(self) -> str | None:
