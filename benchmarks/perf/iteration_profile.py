@@ -45,21 +45,34 @@ ITERATION = ("rollout", "prepare", "update")
 ITERATIONS = 2
 
 
-def bare_decode_tokens_per_s(model, contexts, steps: int) -> float:
-    """Tokens per second of ``steps`` bare decode forwards, one token per row, after ``contexts``."""
+def bare_decode_tokens_per_s(policy, contexts, steps: int) -> float:
+    """Tokens per second of ``steps`` bare decode forwards of the policy's model, one token per
+    row, after ``contexts``: on its device, computing in its inference dtype as sampling does."""
     import torch
     from transformers import DynamicCache
 
+    from orsd_gym.policies.precision import computing_in
+
+    model = policy.model
     cache_kwarg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-    ids = torch.tensor(contexts)
+    ids = torch.tensor(contexts, device=policy.device)
     cache = DynamicCache()
-    with torch.no_grad():
+    with computing_in(policy.device.type, policy.inference_dtype, policy.weights_dtype, grad=False):
         model(input_ids=ids, use_cache=True, logits_to_keep=1, **{cache_kwarg: cache})
         token = ids[:, -1:]
+        _synchronize(policy.device)
         started = time.perf_counter()
         for _ in range(steps):
             model(input_ids=token, use_cache=True, logits_to_keep=1, **{cache_kwarg: cache})
+        _synchronize(policy.device)
         return len(contexts) * steps / (time.perf_counter() - started)
+
+
+def _synchronize(device) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def engine_decode_row_steps_per_s(policy, contexts, steps: int, seed: int) -> float:
@@ -82,7 +95,7 @@ def decode_limit(policy, batch: int, length: int, steps: int = 16, repeats: int 
     engine, bare = [], []
     for repeat in range(repeats):
         engine.append(engine_decode_row_steps_per_s(policy, contexts, steps, seed=repeat))
-        bare.append(bare_decode_tokens_per_s(policy.model, contexts, steps))
+        bare.append(bare_decode_tokens_per_s(policy, contexts, steps))
     return {"batch": batch, "length": length, "engine_row_steps_per_s": max(engine), "bare_tokens_per_s": max(bare)}
 
 
@@ -113,21 +126,32 @@ def run_child(config_name: str, algo: str, overrides: list[str], workdir: Path) 
             trainer = Trainer(config)
         trainer.run()
     record = read_metrics(out / "metrics.jsonl")[-1]
+    result = {"profile": profiler.as_dict(), "metrics": record}
+    decode = decode_stats(profiler, trainer.policy)
+    if decode:
+        result["decode"] = decode
+    return result
+
+
+def decode_stats(profiler, policy) -> dict | None:
+    """The decode throughput of a profiled training run, over all its generation (rollouts and
+    ORSD's proposals: the counters are the run's; None: it decoded nothing), and side by side on
+    contexts of its mean batch size and attended length, the engine's decode against the bare
+    forward (`decode_limit`)."""
     counters = profiler.counters
     steps = counters.get("decode_steps", 0)
-    result = {"profile": profiler.as_dict(), "metrics": record}
-    if steps:
-        batch = counters["decode_row_steps"] / steps
-        length = counters["decode_attended_positions"] / counters["decode_row_steps"]
-        decode_seconds = profiler.phases["rollout/decode"].seconds
-        result["decode"] = {
-            "mean_batch": batch,
-            "mean_attended_length": length,
-            "engine_row_steps_per_s": counters["decode_row_steps"] / decode_seconds,
-            "engine_sampled_tokens_per_s": counters["sampled_tokens"] / decode_seconds,
-            "side_by_side": decode_limit(trainer.policy, max(1, round(batch)), max(1, round(length))),
-        }
-    return result
+    if not steps:
+        return None
+    batch = counters["decode_row_steps"] / steps
+    length = counters["decode_attended_positions"] / counters["decode_row_steps"]
+    decode_seconds = sum(stats.seconds for path, stats in profiler.phases.items() if path.endswith("/decode"))
+    return {
+        "mean_batch": batch,
+        "mean_attended_length": length,
+        "engine_row_steps_per_s": counters["decode_row_steps"] / decode_seconds,
+        "engine_sampled_tokens_per_s": counters["sampled_tokens"] / decode_seconds,
+        "side_by_side": decode_limit(policy, max(1, round(batch)), max(1, round(length))),
+    }
 
 
 def iteration_seconds(result: dict) -> float:
@@ -156,9 +180,9 @@ def print_result(name: str, result: dict) -> None:
         side = decode["side_by_side"]
         limit = side["bare_tokens_per_s"]
         print(
-            f"rollout decode: mean batch {decode['mean_batch']:.1f}, {decode['mean_attended_length']:.0f} positions; "
-            f"{decode['engine_row_steps_per_s']:.1f} row-steps/s, {decode['engine_sampled_tokens_per_s']:.1f} "
-            "sampled tokens/s"
+            f"decode (rollouts and proposals): mean batch {decode['mean_batch']:.1f}, "
+            f"{decode['mean_attended_length']:.0f} positions; {decode['engine_row_steps_per_s']:.1f} row-steps/s, "
+            f"{decode['engine_sampled_tokens_per_s']:.1f} sampled tokens/s"
         )
         print(
             f"decode limit side by side (batch {side['batch']}, {side['length']} positions): bare forward "

@@ -1,0 +1,263 @@
+"""Paper scale, measured: one iteration of a `*_qwen3_1.7b` preset's shape with a model of
+Qwen3-1.7B's shape, for GRPO and ORSD, phase by phase, and the preset's full run projected.
+
+The model is built from a config of Qwen3-1.7B's shape (layers, hidden and MLP sizes, query and
+KV heads, head size, the 151,936-token vocabulary, tied embeddings) with random weights: its
+cost is the real model's, and no weights need downloading. The tokenizer is SmolLM2's, extended
+with placeholder tokens to cover the whole vocabulary, so every id the model samples decodes.
+Random weights never stop early and never act validly: every turn writes ``max_new_tokens`` and
+every episode runs to ``max_turns`` (50 in ALFWorld, 15 in WebShop), so the figures are an upper
+bound of a trained model's per-iteration cost. Their groups would all score alike, and ORSD
+writes, judges and replays rubrics only for groups whose attempts scored differently: every
+attempt's reward gets a tie-break of 1e-3 x its episode index, so every group is mixed and
+ORSD's whole pipeline runs for all of them (also an upper bound: a trained policy's groups are
+mixed only in part). The envs are the generated ALFWorld rooms and the synthetic WebShop catalog
+(the official data changes what is observed, not how much).
+
+Each (preset, algorithm) trains one iteration through the real `Trainer` in a fresh process
+(no warm start, no evaluation). Printed per phase: seconds, sampled tokens per second of the
+rollout, peak device memory (CUDA) or peak resident memory (CPU), and the rollout's decode rate
+against a bare batched forward of the same model on the same device (`iteration_profile.py`'s
+decode limit); then the projected wall time of the preset's run: its iterations times the
+measured iteration, plus its evaluations at the measured rollout rate per episode.
+
+    python benchmarks/perf/paper_scale.py --json benchmarks/results/perf/paper_scale.json  # CUDA, full shape
+    python benchmarks/perf/paper_scale.py --device cpu --layers 2 --hidden 256 --tasks 2 --group 2 \\
+        --max-turns 3 --max-new-tokens 16                                                  # a CPU smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from iteration_profile import decode_stats
+
+#: Qwen3-1.7B's shape (its config.json), which the measured model copies.
+QWEN3_1_7B = {
+    "hidden_size": 2048,
+    "intermediate_size": 6144,
+    "num_hidden_layers": 28,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "vocab_size": 151_936,
+    "max_position_embeddings": 40_960,
+    "rope_theta": 1_000_000.0,
+    "tie_word_embeddings": True,
+}
+PRESETS = {
+    "alfworld": ("alfworld_qwen3_1.7b", ["env.kwargs={generator: {num_tasks: 256}}", "eval.env_kwargs={}"]),
+    "webshop": ("webshop_qwen3_1.7b", []),
+}
+#: The trainer's phases an iteration is made of.
+ITERATION = ("rollout", "prepare", "update")
+
+
+def model_shape(layers: int | None, hidden: int | None) -> dict:
+    """Qwen3-1.7B's shape, with fewer layers and/or a narrower width for a CPU run (the MLP and
+    the heads scale with the width; the vocabulary and head size stay)."""
+    shape = dict(QWEN3_1_7B)
+    if layers is not None:
+        shape["num_hidden_layers"] = layers
+    if hidden is not None and hidden != shape["hidden_size"]:
+        heads = max(1, hidden // shape["head_dim"])
+        shape.update(
+            hidden_size=hidden,
+            intermediate_size=3 * hidden,
+            num_attention_heads=heads,
+            num_key_value_heads=max(1, heads // 2),
+        )
+    return shape
+
+
+def build_model(out: Path, shape: dict, device: str) -> None:
+    """Write a random Qwen3 model of ``shape`` (bfloat16 weights) and a tokenizer covering its
+    vocabulary to ``out``, loadable as ``model.name``."""
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from orsd_gym.policies.models import _load_smollm2_tokenizer
+
+    tokenizer = _load_smollm2_tokenizer()
+    extra = shape["vocab_size"] - len(tokenizer)
+    tokenizer.add_tokens([f"<|vocab_{i}|>" for i in range(extra)])
+    config = Qwen3Config(
+        **shape,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = Qwen3ForCausalLM(config).to(torch.bfloat16)
+    model.save_pretrained(str(out))
+    tokenizer.save_pretrained(str(out))
+
+
+def project(iteration_seconds: float, rollout_seconds: float, measured_episodes: int, config) -> dict:
+    """The preset's whole run from one measured iteration: ``train.iterations`` iterations, and
+    its evaluations (before training, every ``eval.every`` iterations and at the end, each
+    ``eval.num_tasks`` x ``eval.group_size`` episodes) at the measured rollout seconds per episode."""
+    iterations, every = config.train.iterations, config.eval.every
+    evaluations = 0 if every <= 0 else 1 + iterations // every + (iterations % every != 0)
+    per_episode = rollout_seconds / max(1, measured_episodes)
+    eval_seconds = evaluations * config.eval.num_tasks * config.eval.group_size * per_episode
+    train_seconds = iterations * iteration_seconds
+    return {
+        "iterations": iterations,
+        "evaluations": evaluations,
+        "train_hours": train_seconds / 3600,
+        "eval_hours": eval_seconds / 3600,
+        "total_hours": (train_seconds + eval_seconds) / 3600,
+    }
+
+
+def mix_every_group() -> None:
+    """Break every group's tie: episode k of the batch scores 1e-3 x k more (see the docstring)."""
+    from orsd_gym.algos import grpo
+
+    scored = grpo.trajectory_reward
+
+    def tie_broken(trajectory, config):
+        return scored(trajectory, config) + 1e-3 * (trajectory.episode_id % 1000)
+
+    grpo.trajectory_reward = tie_broken
+
+
+def run_child(preset: str, algo: str, model_dir: Path, workdir: Path, overrides: list[str]) -> dict:
+    """One iteration of ``preset`` with ``algo`` in this process: its profile, decode rates,
+    peak memory and projection."""
+    import torch
+
+    from orsd_gym import profiling
+    from orsd_gym.train.config import load_config
+    from orsd_gym.train.trainer import Trainer
+
+    name, preset_overrides = PRESETS[preset]
+    config = load_config(
+        name,
+        [
+            *preset_overrides,
+            f"model.name={model_dir}",
+            f"algo.name={algo}",
+            "train.iterations=1",
+            "eval.every=0",
+            "warm_start.episodes=0",
+            f"train.output_dir={workdir / f'{preset}-{algo}'}",
+            "logging.live=false",
+            "logging.tensorboard=false",
+            *overrides,
+        ],
+    )
+    mix_every_group()
+    cuda = config.model.device.startswith("cuda")
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    with profiling.profiling() as profiler:
+        trainer = Trainer(config)
+        trainer.run()
+    phases = profiler.as_dict()["phases"]
+    rollout = phases["rollout"]["seconds"]
+    iteration = sum(phases[p]["seconds"] for p in ITERATION if p in phases)
+    episodes = config.rollout.tasks_per_iteration * config.rollout.group_size
+    full = load_config(name, [*preset_overrides, f"algo.name={algo}"])
+    return {
+        "phases": {p: phases[p]["seconds"] for p in phases if p.split("/")[0] in ITERATION},
+        "iteration_seconds": iteration,
+        "peak_memory_gb": torch.cuda.max_memory_allocated() / 1e9 if cuda else profiler.as_dict()["peak_rss_gb"],
+        "peak_memory_kind": "CUDA allocated" if cuda else "resident (process)",
+        "decode": decode_stats(profiler, trainer.policy),
+        "shape": {"tasks": config.rollout.tasks_per_iteration, "group": config.rollout.group_size},
+        "projection": project(iteration, rollout, episodes, full),
+    }
+
+
+def print_result(name: str, result: dict) -> None:
+    print(
+        f"\n== {name}: {result['iteration_seconds']:.1f} s per iteration, peak {result['peak_memory_gb']:.2f} GB "
+        f"({result['peak_memory_kind']})"
+    )
+    for path, seconds in result["phases"].items():
+        print(f"  {'  ' * path.count('/')}{path.rsplit('/', 1)[-1]:<40}{seconds:10.2f} s")
+    decode = result["decode"]
+    if decode:
+        side = decode["side_by_side"]
+        share = side["engine_row_steps_per_s"] / side["bare_tokens_per_s"]
+        print(
+            f"  decode (rollouts and proposals): {decode['engine_sampled_tokens_per_s']:.0f} sampled tokens/s, mean "
+            f"batch {decode['mean_batch']:.1f}, {decode['mean_attended_length']:.0f} positions; side by side the "
+            f"engine's {side['engine_row_steps_per_s']:.0f} row-steps/s = {share:.0%} of the bare forward's "
+            f"{side['bare_tokens_per_s']:.0f} tokens/s"
+        )
+    p = result["projection"]
+    print(
+        f"  projected run ({result['shape']['tasks']} tasks x {result['shape']['group']} measured): "
+        f"{p['iterations']} iterations + {p['evaluations']} evaluations = {p['total_hours']:.1f} h "
+        f"(train {p['train_hours']:.1f} h, eval {p['eval_hours']:.1f} h)"
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--presets", default="alfworld,webshop", help=f"comma-separated, of {sorted(PRESETS)}")
+    parser.add_argument("--algos", default="grpo,orsd")
+    parser.add_argument("--device", default="cuda", help="cuda (the presets' precision) or cpu (float32)")
+    parser.add_argument("--layers", type=int, help="fewer decoder layers than Qwen3-1.7B's 28 (a CPU run)")
+    parser.add_argument("--hidden", type=int, help="a narrower width than 2048 (a CPU run)")
+    parser.add_argument("--tasks", type=int, help="tasks per iteration (the presets: 16)")
+    parser.add_argument("--group", type=int, help="attempts per task (the presets: 8)")
+    parser.add_argument("--max-turns", type=int, help="turns per episode (the presets: ALFWorld 50, WebShop 15)")
+    parser.add_argument("--max-new-tokens", type=int, help="tokens per turn (the presets: 512)")
+    parser.add_argument("--json", help="write the measurements here")
+    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="extra overrides of every run")
+    parser.add_argument("--_child", nargs=4, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args._child:
+        preset, algo, model_dir, workdir = args._child
+        print(json.dumps(run_child(preset, algo, Path(model_dir), Path(workdir), args.overrides)))
+        return 0
+    overrides = [f"model.device={args.device}", *args.overrides]
+    if args.device == "cpu":  # CPU autocast to bfloat16 is slow on most CPUs: float32 throughout
+        overrides += ["model.inference_dtype=null", "model.update_dtype=null", "model.verifier_dtype=null"]
+        overrides += ["env.vectorization=sync", "env.num_envs=null"]
+    for flag, key in [
+        (args.tasks, "rollout.tasks_per_iteration"),
+        (args.group, "rollout.group_size"),
+        (args.max_turns, "rollout.max_turns"),
+        (args.max_new_tokens, "rollout.max_new_tokens"),
+    ]:
+        if flag is not None:
+            overrides.append(f"{key}={flag}")
+    shape = model_shape(args.layers, args.hidden)
+    results: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory(prefix="paper-scale-") as workdir:
+        model_dir = Path(workdir) / "model"
+        build_model(model_dir, shape, args.device)
+        for preset in args.presets.split(","):
+            for algo in args.algos.split(","):
+                command = [sys.executable, __file__, "--_child", preset, algo, str(model_dir), workdir, *overrides]
+                done = subprocess.run(command, capture_output=True, text=True)
+                if done.returncode != 0:
+                    sys.stderr.write(done.stderr[-4000:])
+                    return done.returncode
+                results[f"{preset}/{algo}"] = json.loads(done.stdout.strip().splitlines()[-1])
+                print_result(f"{preset}/{algo}", results[f"{preset}/{algo}"])
+    ratios = {}
+    for preset in args.presets.split(","):
+        grpo, orsd = results.get(f"{preset}/grpo"), results.get(f"{preset}/orsd")
+        if grpo and orsd:
+            ratios[preset] = orsd["iteration_seconds"] / grpo["iteration_seconds"]
+            print(f"ORSD / GRPO iteration time, {preset}: {ratios[preset]:.2f}x")
+    if args.json:
+        record = {"shape": shape, "device": args.device, "overrides": overrides, "results": results}
+        Path(args.json).write_text(json.dumps({**record, "orsd_over_grpo": ratios}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
