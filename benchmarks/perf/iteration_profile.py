@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 CONFIGS = {
@@ -191,6 +192,28 @@ def print_result(name: str, result: dict) -> None:
         )
 
 
+def measure_in_child(script: str, child_args: list[str], overrides: list[str]) -> dict:
+    """Run ``script --_child CHILD_ARGS OVERRIDES`` in a fresh process (its own peak memory, its
+    own profiler) and return the JSON it prints last; its error output and exit on failure."""
+    command = [sys.executable, script, "--_child", *child_args, *overrides]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.stderr.write(done.stderr[-4000:])
+        raise SystemExit(done.returncode)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def orsd_over_grpo(results: dict[str, dict], groups: list[str], seconds: Callable[[dict], float]) -> dict:
+    """ORSD's iteration time over GRPO's, per group of runs (``<group>/grpo``, ``<group>/orsd``), printed."""
+    ratios = {}
+    for group in groups:
+        grpo, orsd = results.get(f"{group}/grpo"), results.get(f"{group}/orsd")
+        if grpo and orsd:
+            ratios[group] = seconds(orsd) / seconds(grpo)
+            print(f"ORSD / GRPO iteration time, {group}: {ratios[group]:.2f}x")
+    return ratios
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--configs", default="demo,long", help=f"comma-separated, of {sorted(CONFIGS)}")
@@ -207,20 +230,10 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="iteration-profile-") as workdir:
         for config_name in args.configs.split(","):
             for algo in args.algos.split(","):
-                command = [sys.executable, __file__, "--_child", config_name, algo, workdir, *args.overrides]
-                done = subprocess.run(command, capture_output=True, text=True)
-                if done.returncode != 0:
-                    sys.stderr.write(done.stderr[-4000:])
-                    return done.returncode
                 name = f"{config_name}/{algo}"
-                results[name] = json.loads(done.stdout.strip().splitlines()[-1])
+                results[name] = measure_in_child(__file__, [config_name, algo, workdir], args.overrides)
                 print_result(name, results[name])
-    ratios = {}
-    for config_name in args.configs.split(","):
-        grpo, orsd = results.get(f"{config_name}/grpo"), results.get(f"{config_name}/orsd")
-        if grpo and orsd:
-            ratios[config_name] = iteration_seconds(orsd) / iteration_seconds(grpo)
-            print(f"ORSD / GRPO iteration time, {config_name}: {ratios[config_name]:.2f}x")
+    ratios = orsd_over_grpo(results, args.configs.split(","), iteration_seconds)
     if args.json:
         Path(args.json).write_text(
             json.dumps({"configs": CONFIGS, "results": results, "orsd_over_grpo": ratios}, indent=1)

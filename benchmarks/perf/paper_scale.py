@@ -30,12 +30,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
-from iteration_profile import decode_stats
+from iteration_profile import decode_stats, measure_in_child, orsd_over_grpo
 
 #: Qwen3-1.7B's shape (its config.json), which the measured model copies.
 QWEN3_1_7B = {
@@ -240,19 +238,10 @@ def main() -> int:
         build_model(model_dir, shape, args.device)
         for preset in args.presets.split(","):
             for algo in args.algos.split(","):
-                command = [sys.executable, __file__, "--_child", preset, algo, str(model_dir), workdir, *overrides]
-                done = subprocess.run(command, capture_output=True, text=True)
-                if done.returncode != 0:
-                    sys.stderr.write(done.stderr[-4000:])
-                    return done.returncode
-                results[f"{preset}/{algo}"] = json.loads(done.stdout.strip().splitlines()[-1])
-                print_result(f"{preset}/{algo}", results[f"{preset}/{algo}"])
-    ratios = {}
-    for preset in args.presets.split(","):
-        grpo, orsd = results.get(f"{preset}/grpo"), results.get(f"{preset}/orsd")
-        if grpo and orsd:
-            ratios[preset] = orsd["iteration_seconds"] / grpo["iteration_seconds"]
-            print(f"ORSD / GRPO iteration time, {preset}: {ratios[preset]:.2f}x")
+                name = f"{preset}/{algo}"
+                results[name] = measure_in_child(__file__, [preset, algo, str(model_dir), workdir], overrides)
+                print_result(name, results[name])
+    ratios = orsd_over_grpo(results, args.presets.split(","), lambda result: result["iteration_seconds"])
     if args.json:
         record = {"shape": shape, "device": args.device, "overrides": overrides, "results": results}
         Path(args.json).write_text(json.dumps({**record, "orsd_over_grpo": ratios}, indent=1))
