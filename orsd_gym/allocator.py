@@ -4,19 +4,17 @@ PyTorch's CPU tensors come from the C library's ``malloc``. glibc serves large r
 their own memory mappings (returned on ``free``) but raises that threshold, up to 32 MiB, each
 time such a block is freed; from then on tensors of a few MiB come from the heap, which a
 training step's mix of sizes fragments: freed memory stays resident and the process's peak
-grows well past what is live. Measured on an update of SmolLM2-135M (4 x 680 tokens, gradient
-checkpointing): peak growth 1.5-1.8 GB with the default, 0.47 GB with a fixed 4 MiB threshold
-(benchmarks/README.md). A fixed threshold turns that adjustment off, so every block of at least
-that size is mapped on allocation and unmapped on free. A decode step allocates nothing that
-large (the KV cache reserves its room once per call, `orsd_gym.policies.kvcache`), so
-generation pays no page faults for it.
+grows well past what is live (measured: benchmarks/README.md). A fixed threshold turns that
+adjustment off, so every block of at least that size is mapped on allocation and unmapped on
+free. A decode step allocates nothing that large (the KV cache reserves its room once per call,
+`orsd_gym.policies.kvcache`), so generation pays no page faults for it.
 
 Smaller blocks still come from the heap, and a parameter-sized tensor of SmolLM2 is often one
 (most of its weight matrices are 0.4 to 3.5 MiB): an update's gradients and activations leave
 hundreds of MB of freed heap behind, which glibc keeps resident for reuse. `trim_heap` hands
 those free pages back; the trainer calls it between the phases of an iteration, where the next
-phase's mix of sizes would otherwise stack its own peak on top of the last one's leftovers.
-Measured on SmolLM2-135M (one AdamW step, then the gradients freed): 0.46 GB came back.
+phase's mix of sizes would otherwise stack its own peak on top of the last one's leftovers
+(how much comes back: benchmarks/README.md).
 
 A process-wide setting: the trainer applies both (``train.return_freed_memory``); other
 programs may call them themselves. No-ops where the C library is not glibc.

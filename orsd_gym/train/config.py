@@ -65,8 +65,8 @@ class ModelConfig:
     #: Trainable weights (safetensors) to start from, e.g. a shared warm start.
     init_weights: str | None = None
     #: Recompute each decoder layer on backward instead of keeping its activations: updates
-    #: then need a fraction of the memory (fp32 SmolLM2-135M keeps ~1.5 MB per token without it)
-    #: for about a third more update compute. Sampling and scoring are unaffected.
+    #: then need a fraction of the memory for more update compute (measured: benchmarks/README.md).
+    #: Sampling and scoring are unaffected.
     gradient_checkpointing: bool = True
     #: What sampling and scoring without gradients compute in (None: `dtype`). "bfloat16" runs
     #: them through autocast on a float32 model (faster decoding on CPUs with bf16 instructions).
@@ -79,9 +79,9 @@ class ModelConfig:
     #: round away): a run refuses them unless LoRA trains float32 adapters.
     update_dtype: Literal["float32", "bfloat16", "float16"] | None = None
     #: What ORSD's frozen verifier holds its weights in and computes with (None: the inference
-    #: dtype). It only ranks rubrics by P("yes"), so "bfloat16" halves its memory (0.27 of
-    #: 0.54 GB for SmolLM2-135M) at a small cost in score precision; on CPUs without bf16
-    #: instructions its questions run slower.
+    #: dtype). It only ranks rubrics by P("yes"), so "bfloat16" halves its memory at a small cost
+    #: in score precision (benchmarks/README.md); on CPUs without bf16 instructions its questions
+    #: run slower.
     verifier_dtype: Literal["float32", "bfloat16", "float16"] | None = None
 
 

@@ -112,8 +112,8 @@ def _fits(policy: Policy, algorithm: Algorithm, optim: OptimConfig) -> Callable[
 
 
 #: What a training process holds besides the model's weights, gradients, optimiser state and
-#: frozen copies: the interpreter, torch and transformers (0.25 GB), the tokenizer and envs
-#: (the demo's 12 ALFWorld envs: 0.07 GB), a rollout's KV cache (the demo: about 0.3 GB).
+#: frozen copies: the interpreter, torch and transformers, the tokenizer and envs, a rollout's
+#: KV cache (sized from the demo's measured parts: benchmarks/README.md).
 RUNTIME_ALLOWANCE_GB = 0.8
 
 
@@ -156,9 +156,9 @@ def make_optimizer(policy: Policy, optim: OptimConfig, total_steps: int):
     """AdamW on the trainable parameters and its learning-rate schedule over ``total_steps``.
 
     Under a memory budget (``optim.max_memory_gb``) AdamW updates one tensor at a time: its
-    multi-tensor ("foreach") step holds temporaries as large as all the weights together (0.53
-    GB for SmolLM2-135M, against 0.22 GB one tensor at a time), which made the step the peak of
-    an update. The step is a second or less of a CPU update either way."""
+    multi-tensor ("foreach") step holds temporaries as large as all the weights together, which
+    made the step the peak of an update (benchmarks/README.md); one tensor at a time costs
+    little of a CPU update's time."""
     params = policy.trainable_parameters()
     if not params:
         raise ValueError("the policy has no trainable parameters")

@@ -69,8 +69,8 @@ class ModelEncoder:
     """Mean-pooled final hidden states of a frozen causal LM, one vector per distinct string.
 
     ``model`` is anything `load_policy` accepts (``"smollm2-135m"``, ``"tiny-random"``, a path).
-    The model loads on first use (also after unpickling, so each subprocess loads its own copy:
-    about 0.5 GB per worker for SmolLM2-135M in float32). Texts longer than ``max_tokens`` keep
+    The model loads on first use (also after unpickling, so each subprocess loads its own copy
+    of the model's weights). Texts longer than ``max_tokens`` keep
     their *last* tokens (the current observation ends a `HistoryObservation` text). At most
     ``cache_size`` vectors are kept (least recently used dropped first).
     """

@@ -13,8 +13,8 @@ so delta means the same whatever precision sampling ran in. The "without rubric"
 (``baseline``) is the batch's old log-probs ("rollout": PPO's, `orsd_gym.algos.grpo.old_logprobs`:
 the sampler's own where it samples in float32 like the update, else a scoring pass in the update
 dtype) or a separate scoring pass of the original sequences ("rescore"). Computed in bfloat16,
-the two sides would each carry bf16 noise of the size of delta itself (measured on SmolLM2:
-half of a bf16 delta's magnitude, 77% sign agreement with float32).
+the two sides would each carry bf16 noise of the size of delta itself (measured:
+benchmarks/README.md).
 """
 
 from __future__ import annotations
