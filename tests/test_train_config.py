@@ -196,5 +196,11 @@ def test_config_explain_prints_a_settings_help_type_default_and_value(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("warm_start.episodes = 0  # Expert episodes on training tasks")
     assert len(lines) == len(dataclasses.fields(WarmStartConfig))
+    # Overrides may also come after an option, in every command that takes them.
+    assert main(["config", "explain", "optim.lr", "--config", "demo", "optim.lr=4e-5"]) == 0
+    assert capsys.readouterr().out.startswith("optim.lr = 4e-05\n")
+    assert main(["config", "show", "optim.lr=5e-5", "--config", "demo", "train.iterations=3"]) == 0
+    shown = capsys.readouterr().out
+    assert "lr: 5.0e-05" in shown and "iterations: 3" in shown
     assert main(["config", "explain", "optim.lrr"]) == 2
     assert "optim has no setting 'lrr'; it has lr," in capsys.readouterr().err

@@ -48,7 +48,13 @@ def _load(module_name: str):
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        # argparse takes a command's KEY=VALUE overrides in one run of words: the ones written
+        # after an option (``--config X a=b``) would be refused; they are overrides all the same.
+        if not hasattr(args, "overrides") or any(word.startswith("-") or "=" not in word for word in extra):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.overrides = [*args.overrides, *extra]
     if args.command is None:
         parser.print_help()
         return 2
