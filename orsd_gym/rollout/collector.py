@@ -45,7 +45,7 @@ from orsd_gym.rollout.actions import choose_action, get_parser
 from orsd_gym.rollout.envpool import EnvSlots, SlotPool
 from orsd_gym.rollout.episode import PerStepEpisode, SequenceEpisode
 from orsd_gym.rollout.options import RolloutOptions
-from orsd_gym.rollout.trajectory import Trajectory
+from orsd_gym.rollout.trajectory import EpisodeRecord, Trajectory
 
 #: Env slots played side by side when ``num_envs`` is not given (at most one per episode).
 DEFAULT_NUM_ENVS = 16
@@ -60,35 +60,21 @@ PromptEdit = Callable[[list[dict[str, str]], dict[str, Any], int], list[dict[str
 EnvBackend = Literal["local", "ray"]
 
 
-@dataclass
-class _Episode:
-    episode_id: int
-    group_id: int
-    seed: int
-    task_id: int | None
+@dataclass(kw_only=True)
+class _Episode(EpisodeRecord):
+    """An episode being played: its record, and what playing it takes."""
+
+    #: The task asked for at reset (None: the env draws one); the record's ``task_id`` is the
+    #: one the env reports.
+    requested_task_id: int | None = None
     slot: int = -1
     builder: Any = None
     session: Any = None
-    task: str = ""
-    observations: list[str] = field(default_factory=list)
-    infos: list[dict[str, Any]] = field(default_factory=list)
-    rewards: list[float] = field(default_factory=list)
-    actions: list[str] = field(default_factory=list)
-    model_turns: list[str] = field(default_factory=list)
-    format_valid: list[bool] = field(default_factory=list)
-    observation_messages: list[str] = field(default_factory=list)
     finish_reasons: list[str] = field(default_factory=list)
-    terminated: bool = False
-    truncated: bool = False
     cut_by: str = ""
-    won: bool = False
     reused_tokens: int = 0
     #: Times the episode's env was lost and the episode replayed on a new one (remote envs).
     env_replays: int = 0
-
-    @property
-    def finished(self) -> bool:
-        return self.terminated or self.truncated
 
 
 def expert_teacher(info: dict[str, Any]) -> str:
@@ -149,7 +135,7 @@ def collect(
     options = options or RolloutOptions()
     specs = [as_task_spec(t) for t in tasks]
     episodes = [
-        _Episode(g * group_size + k, g, spec.seed, spec.task_id)
+        _Episode(episode_id=g * group_size + k, group_id=g, seed=spec.seed, requested_task_id=spec.task_id)
         for g, spec in enumerate(specs, start=first_group)
         for k in range(group_size)
     ]
@@ -164,7 +150,7 @@ def collect(
             rollout.admit(pending)
             rollout.generate_round()
             for episode in rollout.step_round():
-                bar.advance(episode.won)
+                bar.advance(episode.success)
     finally:
         bar.close()
         if slots is not env:  # the caller's own pool stays open
@@ -230,7 +216,10 @@ class _Rollout:
             episode.slot = self.free.pop(0)
             starting.append(episode)
         replies = self.slots.reset_many(
-            {e.slot: (e.seed, {} if e.task_id is None else {"task_id": e.task_id}) for e in starting}
+            {
+                e.slot: (e.seed, {} if e.requested_task_id is None else {"task_id": e.requested_task_id})
+                for e in starting
+            }
         )
         for episode in starting:
             self._start(episode, *replies[episode.slot])
@@ -245,7 +234,9 @@ class _Rollout:
             )
         _check_text_observation(observation, self.slots.env_id, episode, None)
         episode.task = str(info.get("task", ""))
-        episode.task_id = int(info.get("task_id", episode.task_id if episode.task_id is not None else -1))
+        requested = episode.requested_task_id
+        episode.task_id = int(info.get("task_id", requested if requested is not None else -1))
+        episode.env_id = self.slots.env_id or ""
         episode.observations.append(observation)
         episode.infos.append(json_safe(info))
         first = prompts.first_message(self.prompt, observation, info)
@@ -342,7 +333,7 @@ class _Rollout:
         episode.observations.append(observation)
         episode.rewards.append(float(reward))
         episode.infos.append(json_safe(info))
-        episode.won = episode.won or bool(info.get("won", False))
+        episode.success = episode.success or bool(info.get("won", False))
         episode.terminated = bool(terminated)
         if truncated:
             episode.truncated, episode.cut_by = True, "env"
@@ -360,7 +351,7 @@ def _check_text_observation(observation: Any, env_id: str, episode: _Episode, ac
     if not isinstance(observation, str):
         step = "at reset" if action is None else f"after action {action[:200]!r}"
         raise EnvContractError(
-            f"{env_id or 'the env'} (task seed {episode.seed}, task id {episode.task_id}) {step} returned a "
+            f"{env_id or 'the env'} (task seed {episode.seed}, task id {episode.requested_task_id}) {step} returned a "
             f"{type(observation).__name__} observation; a text env's observations are strings"
         )
 
@@ -373,7 +364,6 @@ def _edited(
 
 def _to_trajectories(episode: _Episode, slots: SlotPool, layout: str) -> list[Trajectory]:
     out = []
-    env_id = slots.env_id or ""
     for step, sample in enumerate(episode.builder.samples()):
         extra = {
             "layout": layout,
@@ -386,28 +376,15 @@ def _to_trajectories(episode: _Episode, slots: SlotPool, layout: str) -> list[Tr
         if episode.builder.edited:
             extra["privileged_prompt"] = True
         out.append(
-            Trajectory(
+            Trajectory.of_episode(
+                episode,
                 token_ids=list(sample.token_ids),
                 loss_mask=list(sample.loss_mask),
                 logprobs=list(sample.logprobs),
                 spans=list(sample.spans),
-                rewards=list(episode.rewards),
-                infos=list(episode.infos),
-                model_turns=list(episode.model_turns),
-                actions=list(episode.actions),
-                observations=list(episode.observations),
-                task=episode.task,
                 prompt_messages=[dict(m) for m in sample.prompt_messages],
-                env_id=env_id,
-                task_id=int(episode.task_id if episode.task_id is not None else -1),
-                seed=episode.seed,
-                group_id=episode.group_id,
-                episode_id=episode.episode_id,
                 step=step if layout == "per_step" else None,
-                success=episode.won,
-                terminated=episode.terminated,
-                truncated=episode.truncated,
-                format_valid=list(episode.format_valid),
+                # Per-step samples each show their own observation, not the episode's messages.
                 observation_messages=list(episode.observation_messages) if layout == "sequence" else [],
                 extra=extra,
             )

@@ -7,9 +7,10 @@ template's bridges and the env's observations get ``loss_mask == 0`` (log-prob 0
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
@@ -25,41 +26,27 @@ class TurnSpan:
     end: int
 
 
-@dataclass
-class Trajectory:
-    """One training sample: tokens, masks, log-probs and what the env said, for one attempt at a task.
+@dataclass(kw_only=True)
+class EpisodeRecord:
+    """What one attempt at a task did, step by step: the collector fills it while the episode
+    plays, and every sample of the episode (`Trajectory`) carries it."""
 
-    In the sequence layout a sample is a whole episode; in the per-step layout each step of an
-    episode is a sample (``step`` = 0, 1, ...) and all of them share ``episode_id`` and repeat
-    the episode's rewards, actions and observations. Per-episode statistics count
-    ``episode_id``s, never samples.
-    """
-
-    token_ids: list[int]
-    loss_mask: list[int]
-    logprobs: list[float]
-    spans: list[TurnSpan]
     #: Environment reward after each action (one entry per env step).
-    rewards: list[float]
+    rewards: list[float] = field(default_factory=list)
     #: The env's info dict after each step (JSON-safe copies), reset info first.
-    infos: list[dict[str, Any]]
+    infos: list[dict[str, Any]] = field(default_factory=list)
     #: Decoded text of each model turn, the action sent to the env, and each observation
     #: (observations[0] is the first one); rubric prompts render attempts from these.
-    model_turns: list[str]
-    actions: list[str]
-    observations: list[str]
-    task: str
-    #: The chat messages rendered into the prompt span (system + first user turn), so an
-    #: algorithm can re-render the prompt with privileged context (ORSD's rubric).
-    prompt_messages: list[dict[str, str]]
-    env_id: str
-    task_id: int
-    seed: int
-    group_id: int
-    #: The episode this sample belongs to (unique within one `collect` call).
-    episode_id: int
-    #: The step this sample is (per-step layout), None when the sample is the whole episode.
-    step: int | None = None
+    model_turns: list[str] = field(default_factory=list)
+    actions: list[str] = field(default_factory=list)
+    observations: list[str] = field(default_factory=list)
+    task: str = ""
+    env_id: str = ""
+    task_id: int = -1
+    seed: int = 0
+    group_id: int = 0
+    #: The episode (unique within one `collect` call).
+    episode_id: int = 0
     success: bool = False
     terminated: bool = False
     truncated: bool = False
@@ -68,7 +55,39 @@ class Trajectory:
     #: The user turn the model was shown after each of its turns (the observation with the
     #: env prompt's additions), in the order of the trajectory's env spans (sequence layout).
     observation_messages: list[str] = field(default_factory=list)
+
+    @property
+    def finished(self) -> bool:
+        return self.terminated or self.truncated
+
+
+@dataclass(kw_only=True)
+class Trajectory(EpisodeRecord):
+    """One training sample: tokens, masks, log-probs and what the env said, for one attempt at a task.
+
+    In the sequence layout a sample is a whole episode; in the per-step layout each step of an
+    episode is a sample (``step`` = 0, 1, ...) and all of them share ``episode_id`` and repeat
+    the episode's record (rewards, actions, observations). Per-episode statistics count
+    ``episode_id``s, never samples.
+    """
+
+    token_ids: list[int]
+    loss_mask: list[int]
+    logprobs: list[float]
+    spans: list[TurnSpan]
+    #: The chat messages rendered into the prompt span (system + first user turn), so an
+    #: algorithm can re-render the prompt with privileged context (ORSD's rubric).
+    prompt_messages: list[dict[str, str]]
+    #: The step this sample is (per-step layout), None when the sample is the whole episode.
+    step: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of_episode(cls, record: EpisodeRecord, **sample: Any) -> Trajectory:
+        """A sample of ``record``'s episode: the record's fields (lists copied, so samples never
+        share them) and the sample's own (``sample`` may also replace a record field)."""
+        episode = {f.name: copy.copy(getattr(record, f.name)) for f in fields(EpisodeRecord)}
+        return cls(**{**episode, **sample})
 
     @property
     def episode_return(self) -> float:
