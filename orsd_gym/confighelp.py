@@ -21,7 +21,7 @@ def field_help(cls: type) -> dict[str, str]:
     """``{field name: help}`` for every field of dataclass ``cls`` that has a ``#:`` comment."""
     helps: dict[str, str] = {}
     for klass in reversed(cls.__mro__):
-        if dataclasses.is_dataclass(klass) and klass is not object:
+        if dataclasses.is_dataclass(klass):
             helps.update(_comments(klass))
     return helps
 

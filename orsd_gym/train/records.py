@@ -30,8 +30,8 @@ def write_audit(directory: Path, batches: list[PreparedBatch]) -> None:
     order (so in group order)."""
     directory.mkdir(parents=True, exist_ok=True)
     save_jsonl([t for batch in batches for t in batch.trajectories], directory / "trajectories.jsonl")
-    keys = batches[0].inspection()
-    extras = {key: [t.tolist() for batch in batches for t in batch.inspection()[key]] for key in keys}
+    series = [batch.inspection() for batch in batches]
+    extras = {key: [t.tolist() for part in series for t in part[key]] for key in series[0]}
     (directory / "token_extras.json").write_text(json.dumps(extras))
     groups = [record for batch in batches for record in batch.audit]
     (directory / "groups.json").write_text(json.dumps(groups, indent=1, default=str))
