@@ -55,3 +55,21 @@ def test_numbered_prompt_lists_choices():
     prompt = prompts.EnvPrompt(numbered=True)
     block = prompts.admissible_block(prompt, {"admissible_actions": ADMISSIBLE[:2]})
     assert "1. go to shelf 1\n2. go to sidetable 1" in block
+
+
+def test_choosing_from_the_list_fills_the_envs_action_templates(policy, monkeypatch):
+    """WebShop lists search[<your query>] on its search page; a model that answers with a list
+    number must search for the task, not for the words "your query"."""
+    from orsd_gym.envs.webshop.shop import SEARCH_TEMPLATE
+    from orsd_gym.rollout import RolloutOptions, collect
+
+    monkeypatch.delenv("WEBSHOP_DATA", raising=False)  # the embedded synthetic catalog
+    options = RolloutOptions(action_format="admissible", max_turns=1)
+    [episode] = collect("orsd_gym/WebShop-v0", policy, [0], group_size=1, options=options, teacher=lambda info: "1")
+    search = f"search[{episode.task}]"
+    assert episode.infos[0]["admissible_actions"] == [search]
+    assert f"1. {search}" in episode.prompt_messages[-1]["content"]
+    assert SEARCH_TEMPLATE not in episode.prompt_messages[-1]["content"]
+    assert episode.actions == [search] and episode.format_valid == [True]
+    assert episode.infos[1]["is_valid_action"]
+    assert any(action.startswith("click[") for action in episode.infos[1]["admissible_actions"])

@@ -136,6 +136,10 @@ def prompt_for(env_id: str | None) -> EnvPrompt:
     return _PROMPT_OVERRIDES.get(env_id or "") or presenter(env_id).prompt
 
 
+def templates_for(env_id: str | None) -> Mapping[str, TemplateFiller]:
+    return presenter(env_id).action_templates
+
+
 def examples_for(env_id: str | None) -> tuple[WorkedExample, ...]:
     return tuple(presenter(env_id).rubric_examples)
 

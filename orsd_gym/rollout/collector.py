@@ -36,6 +36,7 @@ import gymnasium as gym
 import numpy as np
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from orsd_gym.envs.presentation import templates_for
 from orsd_gym.envs.tasks import TaskSpec, as_task_spec
 from orsd_gym.errors import ConfigError, EnvContractError
 from orsd_gym.jsonio import json_safe
@@ -46,6 +47,7 @@ from orsd_gym.rollout.envpool import EnvSlots, SlotPool
 from orsd_gym.rollout.episode import PerStepEpisode, SequenceEpisode
 from orsd_gym.rollout.options import RolloutOptions
 from orsd_gym.rollout.trajectory import EpisodeRecord, Trajectory
+from orsd_gym.wrappers.templates import fill_templates
 
 #: Env slots played side by side when ``num_envs`` is not given (at most one per episode).
 DEFAULT_NUM_ENVS = 16
@@ -202,6 +204,9 @@ class _Rollout:
             # The format asks the model to choose from the list: show it, whatever the env's default.
             prompt = dataclasses.replace(prompt, numbered=True, show_admissible=True)
         self.prompt = prompt
+        # A model that chooses from the list needs concrete actions where the env lists a
+        # template (WebShop's search[<your query>]): the env says how to fill them.
+        self.templates = templates_for(slots.env_id) if self.parser.numbered_choices else {}
         self.noop = prompt.noop_action if options.noop_action is None else options.noop_action
         self.system = prompts.system_prompt(prompt, self.parser.format_instructions)
         self.active: list[_Episode] = []
@@ -226,6 +231,7 @@ class _Rollout:
             self.active.append(episode)
 
     def _start(self, episode: _Episode, observation: str, info: dict[str, Any]) -> None:
+        info = fill_templates(info, self.templates)
         if self.parser.numbered_choices and self.teacher is None and not info.get("admissible_actions"):
             raise ConfigError(
                 f"action_format={self.parser.name!r} asks the model to choose from the env's admissible actions, "
@@ -330,6 +336,7 @@ class _Rollout:
         info: dict[str, Any],
     ) -> None:
         _check_text_observation(observation, self.slots.env_id, episode, episode.actions[-1])
+        info = fill_templates(info, self.templates)
         episode.observations.append(observation)
         episode.rewards.append(float(reward))
         episode.infos.append(json_safe(info))

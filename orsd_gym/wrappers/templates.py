@@ -40,10 +40,15 @@ class FillActionTemplates(gym.Wrapper, gym.utils.RecordConstructorArgs):
         return observation, reward, terminated, truncated, self._fill(info)
 
     def _fill(self, info: dict[str, Any]) -> dict[str, Any]:
-        admissible = info.get("admissible_actions") or []
-        if any(action in self.fillers for action in admissible):
-            info = dict(info)
-            info["admissible_actions"] = [
-                self.fillers[action](info) if action in self.fillers else action for action in admissible
-            ]
+        return fill_templates(info, self.fillers)
+
+
+def fill_templates(info: dict[str, Any], fillers: Mapping[str, TemplateFiller]) -> dict[str, Any]:
+    """``info`` with each admissible action that is a key of ``fillers`` made concrete (a copy
+    when anything changes; ``info`` itself otherwise)."""
+    admissible = info.get("admissible_actions") or []
+    if not any(action in fillers for action in admissible):
         return info
+    info = dict(info)
+    info["admissible_actions"] = [fillers[action](info) if action in fillers else action for action in admissible]
+    return info
