@@ -13,6 +13,7 @@ pytest.importorskip("torch")
 import orsd_gym  # noqa: F401,E402
 from orsd_gym.policies.base import SamplingParams  # noqa: E402
 from orsd_gym.rollout import RolloutOptions, TaskSpec, collect, group_by, load_jsonl, save_jsonl  # noqa: E402
+from orsd_gym.rollout.collector import expert_teacher  # noqa: E402
 from orsd_gym.rollout.trajectory import Trajectory  # noqa: E402
 
 GUESS = "orsd_gym/GuessNumber-v0"
@@ -157,6 +158,23 @@ def test_per_step_layout(policy):
             assert t.prompt_messages[1]["content"].startswith("Your task is:")
         if t.step == 2:
             assert "Your last 2 steps" in t.prompt_messages[1]["content"]
+
+
+def test_per_step_samples_state_the_task_once(policy, monkeypatch):
+    # WebShop's pages quote the instruction: the sample does not repeat it above the page.
+    monkeypatch.delenv("WEBSHOP_DATA", raising=False)
+    out = collect(
+        "orsd_gym/WebShop-v0",
+        policy,
+        [0],
+        group_size=1,
+        env_kwargs={"expert": True},
+        options=RolloutOptions(layout="per_step", history=0, max_turns=3, action_format="admissible"),
+        teacher=expert_teacher,
+    )
+    assert len(out) == 3
+    for t in out:
+        assert t.prompt_messages[1]["content"].count(t.task) == 1 + (t.step == 0)  # + the listed search
 
 
 def test_bad_arguments(policy):

@@ -46,8 +46,9 @@ def observation_message(prompt: EnvPrompt, observation: str, info: dict[str, Any
 def per_step_message(
     prompt: EnvPrompt, task: str, history: Sequence[tuple[str, str]], observation: str, info: dict[str, Any]
 ) -> str:
-    """A per-step sample's user turn: the task, the last H (observation, action) steps, the current observation."""
-    parts = [f"Your task is: {task}"]
+    """A per-step sample's user turn: the task (unless the observation already states it, as
+    WebShop's pages do), the last H (observation, action) steps, the current observation."""
+    parts = [f"Your task is: {task}"] if task and task not in observation else []
     if history:
         lines = "\n".join(f"Observation: {obs}\nAction: {action}" for obs, action in history)
         parts.append(f"Your last {len(history)} steps:\n{lines}")
