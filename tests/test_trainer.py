@@ -183,3 +183,33 @@ def test_the_verifier_is_held_in_model_verifier_dtype(tmp_path):
     trainer = Trainer(config)
     assert trainer.algorithm.verifier.model.dtype == torch.bfloat16
     assert trainer.policy.model.dtype == torch.float32  # sampling and updates stay in float32
+
+
+@pytest.mark.slow
+def test_the_webshop_cpu_preset_runs_end_to_end_at_tiny_size(tmp_path, monkeypatch):
+    monkeypatch.delenv("WEBSHOP_DATA", raising=False)  # the embedded synthetic catalog
+    config = load_config(
+        "webshop_cpu",
+        [
+            "model.name=tiny-random",
+            "rollout.tasks_per_iteration=1",
+            "rollout.group_size=2",
+            "rollout.max_new_tokens=8",
+            "warm_start.episodes=2",
+            "warm_start.epochs=1",
+            "train.iterations=1",
+            "eval.every=1",
+            "eval.num_tasks=2",
+            f"train.output_dir={tmp_path}",
+            "train.threads=1",
+            "logging.live=false",
+            "logging.tensorboard=false",
+        ],
+    )
+    summary = Trainer(config).run()
+    assert summary.final_eval is not None and "eval/mean_return" in summary.final_eval
+    [record] = read_metrics(tmp_path / "metrics.jsonl")
+    assert record["env_steps"] > 0
+    assert json.loads((tmp_path / "warm_start.json").read_text())["warm_start/demos"] > 0
+    samples = (tmp_path / "audit" / "iter_000001" / "trajectories.jsonl").read_text().splitlines()
+    assert len(samples) >= 2 and all(json.loads(line)["step"] is not None for line in samples)  # one per step

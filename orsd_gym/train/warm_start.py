@@ -96,15 +96,17 @@ def _clone_epoch(
         batch = [demos[i] for i in order[start : start + config.warm_start.batch_size]]
         tokens = sum(sum(d.loss_mask) for d in batch)
         optimizer.zero_grad(set_to_none=True)
-        logprobs = policy.score([d.token_ids for d in batch], [d.loss_mask for d in batch], with_grad=True)
-        loss = (
-            -sum((lp * torch.tensor(d.loss_mask, dtype=lp.dtype)).sum() for lp, d in zip(logprobs, batch, strict=True))
-            / tokens
-        )
-        loss.backward()
+        batch_loss = 0.0
+        for demo in batch:
+            # One demonstration per backward pass: no padding to the batch's longest (per-step
+            # samples differ in length by a page), and one demonstration's activations at a time.
+            [logprobs] = policy.score([demo.token_ids], [demo.loss_mask], with_grad=True)
+            loss = -(logprobs * torch.tensor(demo.loss_mask, dtype=logprobs.dtype)).sum() / tokens
+            loss.backward()
+            batch_loss += loss.item()
         torch.nn.utils.clip_grad_norm_(policy.trainable_parameters(), config.optim.grad_clip or float("inf"))
         optimizer.step()
-        epoch_loss += loss.item() * tokens
+        epoch_loss += batch_loss * tokens
         epoch_tokens += tokens
     return epoch_loss / epoch_tokens
 
