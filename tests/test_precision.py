@@ -160,6 +160,43 @@ def test_update_metrics_are_per_token_whatever_the_micro_batches(policy):
         assert split[key] == pytest.approx(whole[key], abs=1e-6)
 
 
+def test_the_update_packs_rows_of_similar_length_into_a_micro_batch(policy, monkeypatch):
+    """A micro-batch pads its rows to its longest: rows go to micro-batches longest first, not in
+    the mini-batch's random order, so a short row never pads to a long one's length."""
+    import orsd_gym.train.update as update
+
+    samples = []
+    for first_group, new_tokens in ((0, 2), (1, 16), (2, 6)):
+        samples += collect(
+            gym.make(ENV_ID),
+            policy,
+            [TaskSpec(first_group, first_group)],
+            group_size=2,
+            sampling=SamplingParams(max_new_tokens=new_tokens),
+            options=RolloutOptions(max_turns=1, action_format="last_line"),
+            seed=1,
+            first_group=first_group,
+        )
+    lengths = [len(t.token_ids) for t in samples]
+    assert len(set(lengths)) > 2
+    orders = []
+    real = update.micro_batches
+    monkeypatch.setattr(
+        update, "micro_batches", lambda order, *a, **k: orders.append(list(order)) or real(order, *a, **k)
+    )
+    grpo = make_algorithm("grpo", {"reward": {"outcome": "return"}})
+    copy = policy.copy_frozen()
+    for parameter in copy.model.parameters():
+        parameter.requires_grad_(True)
+    optim = OptimConfig(lr=1e-12, micro_batch_tokens=2 * max(lengths))
+    optimizer, scheduler = make_optimizer(copy, optim, total_steps=1)
+    batch = grpo.prepare(samples, copy, iteration=0, rng=None)
+    update_policy(copy, grpo, batch, optimizer, scheduler, optim, seed=0, iteration=0)
+    [order] = orders
+    assert sorted(order) == list(range(len(samples)))
+    assert [lengths[i] for i in order] == sorted(lengths, reverse=True)
+
+
 def test_bf16_samples_depend_on_the_batch_but_what_enters_the_loss_does_not():
     """bf16 batched matmuls are not batch-invariant: the same episode played with 6 env slots or
     1 gets sampling log-probs that differ (measured: up to 0.23 nats on identical tokens, and 1

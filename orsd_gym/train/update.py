@@ -25,7 +25,7 @@ import torch
 from orsd_gym.algos.base import Algorithm, PreparedBatch
 from orsd_gym.errors import ConfigError, MemoryBudgetError
 from orsd_gym.policies.base import Policy
-from orsd_gym.policies.batching import micro_batches
+from orsd_gym.policies.batching import longest_first, micro_batches
 from orsd_gym.profiling import phase
 from orsd_gym.train.config import OptimConfig
 from orsd_gym.train.grad_share import gradient_share, sample_micro_batch
@@ -79,7 +79,10 @@ def _optimise(
         for minibatch in np.array_split(order, min(optim.minibatches, n)):
             minibatch = [int(i) for i in minibatch]
             optimizer.zero_grad(set_to_none=True)
-            for micro in micro_batches(minibatch, lengths, optim.micro_batch_tokens, fits):
+            # Longest first: a micro-batch pads its rows to its longest, so rows of similar
+            # length go together (per-step samples differ by a page). The sum is the same.
+            by_length = [minibatch[i] for i in longest_first([lengths[j] for j in minibatch])]
+            for micro in micro_batches(by_length, lengths, optim.micro_batch_tokens, fits):
                 loss, metrics = algorithm.loss(policy, batch, micro, minibatch_indices=minibatch)
                 with phase("backward"):
                     loss.backward()
