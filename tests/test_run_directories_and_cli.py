@@ -117,13 +117,32 @@ def test_resume_says_when_there_is_nothing_to_resume_or_to_train(finished_run, t
 def test_a_run_stopped_before_its_first_checkpoint_restarts_with_the_same_command(finished_run, tmp_path):
     run = tmp_path / "run"
     subprocess.run(["cp", "-r", str(finished_run), str(run)], check=True)
-    shutil.rmtree(run / "checkpoints")  # as a run that crashed in its first iteration leaves it
+    _crash_in_first_iteration(run)
     with pytest.raises(RunDirectoryError, match="already holds a run"):
         Trainer(_config(run, "optim.lr=0.5"))  # another run's directory is never taken over
     Trainer(_config(run)).run()
     assert [r["iteration"] for r in read_metrics(run / "eval.jsonl")] == [0, 1]
-    shutil.rmtree(run / "checkpoints")
+    _crash_in_first_iteration(run)
     assert Trainer(_config(run), resume=True).run().final_eval is not None  # --resume too
+
+
+def _crash_in_first_iteration(run: Path) -> None:
+    """Leave ``run`` as a run that crashed in its first iteration leaves it: no checkpoint, no
+    iteration recorded."""
+    shutil.rmtree(run / "checkpoints")
+    (run / "metrics.jsonl").write_text("")
+
+
+def test_a_finished_run_kept_without_its_checkpoints_is_never_retrained_over(finished_run, tmp_path):
+    run = tmp_path / "run"
+    subprocess.run(["cp", "-r", str(finished_run), str(run)], check=True)
+    shutil.rmtree(run / "checkpoints")
+    before = _snapshot(run)
+    with pytest.raises(RunDirectoryError, match="finished run whose checkpoints are gone"):
+        Trainer(_config(run))
+    with pytest.raises(RunDirectoryError, match="finished run whose checkpoints are gone"):
+        Trainer(_config(run), resume=True)
+    assert _snapshot(run) == before
 
 
 def test_a_checkpoint_write_stopped_midway_leaves_nothing_behind(finished_run, tmp_path, monkeypatch):
@@ -192,6 +211,21 @@ def test_compare_refuses_to_reuse_runs_of_other_settings(tmp_path):
         json.loads(line) for line in (tmp_path / "runs" / "grpo-seed0" / "changes.jsonl").read_text().splitlines()
     ]
     assert (change["key"], change["old"], change["new"]) == ("train.threads", 1, 2)
+
+
+def test_a_comparison_kept_without_checkpoints_reads_its_finished_runs(tmp_path):
+    base = load_config(None, [*RUN, "eval.every=0"])
+    compare(base, ["grpo"], [0], tmp_path, live=False)
+    run = tmp_path / "runs" / "grpo-seed0"
+    shutil.rmtree(run / "checkpoints")  # what a committed comparison keeps: its records, no weights
+    report = (tmp_path / "results.json").read_text()
+    before = _snapshot(run)
+    compare(base, ["grpo"], [0], tmp_path, live=False)
+    assert _snapshot(run) == before and (tmp_path / "results.json").read_text() == report
+    more = load_config(None, [*RUN, "eval.every=0", "train.iterations=2"])
+    with pytest.raises(RunDirectoryError, match="train.iterations: 1 in the run, 2 now"):
+        compare(more, ["grpo"], [0], tmp_path, live=False, allow_changes=["train.iterations"])
+    assert _snapshot(run) == before
 
 
 def test_a_moved_comparison_resumes_with_its_warm_start_in_the_new_place():

@@ -29,9 +29,10 @@ from orsd_gym.errors import UsageError
 from orsd_gym.experiments.baseline_runs import run_baseline
 from orsd_gym.experiments.report import write_report
 from orsd_gym.train.checkpoint import list_checkpoints
-from orsd_gym.train.config import Config, resolve_algo
+from orsd_gym.train.config import Config, default_record, resolve_algo, run_record
 from orsd_gym.train.launch import train, under_torchrun
 from orsd_gym.train.metrics import read_metrics
+from orsd_gym.train.rundir import finished_from_records
 from orsd_gym.train.validation import validate_settings
 from orsd_gym.writable import writable_directory
 
@@ -137,9 +138,11 @@ def compare(
     restarts where it stopped), but only if it was trained with exactly these settings: a run
     of other settings is refused, naming them (`orsd_gym.train.rundir`), unless they are among
     ``allow_changes`` (settings that change how fast, not what: e.g. ``train.threads`` when a
-    comparison continues on another machine); a run that never
-    reached its first checkpoint starts over. Each run is trained as `orsd_gym.train.launch.train`
-    trains it: ``train.workers=N`` runs N data-parallel Ray workers per run.
+    comparison continues on another machine); a run that never reached its first checkpoint
+    starts over; a finished run kept without its checkpoints (its records: config, metrics,
+    evaluations, task plan) is read, not trained again. Each run is trained as
+    `orsd_gym.train.launch.train` trains it: ``train.workers=N`` runs N data-parallel Ray
+    workers per run.
     """
     if under_torchrun():
         raise UsageError("compare starts its own workers: run it with train.workers=N (Ray), not under torchrun")
@@ -155,7 +158,9 @@ def compare(
     for arm, seed, config in configs:
         run_dir = Path(config.train.output_dir)
         started = time.perf_counter()
-        if arm.baseline is None:
+        if arm.baseline is None and resume and _finished_without_weights(config, run_dir, allow_changes):
+            console.print(f"{run_dir} finished before (its checkpoints are not kept): read from its records")
+        elif arm.baseline is None:
             reuse = resume and bool(list_checkpoints(run_dir / "checkpoints"))
             train(
                 config,
@@ -178,6 +183,12 @@ def compare(
         final = results[-1].evals[-1] if results[-1].evals else None
         console.print(_run_line(arm.label, seed, final, time.perf_counter() - started), highlight=False)
     return write_report(out_dir, base, results)
+
+
+def _finished_without_weights(config: Config, run_dir: Path, allow_changes: Sequence[str]) -> bool:
+    return finished_from_records(
+        run_dir, run_record(config), allow_changes=allow_changes, defaults=default_record(config.algo.name)
+    )
 
 
 def _env_step_budget(config: Config, same_seed: list[RunResult]) -> int:

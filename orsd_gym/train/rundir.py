@@ -4,6 +4,10 @@ Before a run writes anything, `claim_run_directory` checks the directory against
 
 * a fresh run into a directory that already holds a run is refused unless told to overwrite
   (which first removes the old run's files, so no record mixes two runs);
+* a run whose records reach its last iteration is finished even when its checkpoints are gone
+  (they are large, so a comparison may be kept, committed or moved without them): it is never
+  taken for a run stopped early and started over, and `finished_from_records` lets a
+  comparison read it instead of training it again;
 * ``--resume`` needs a run with a checkpoint to resume ("nothing to resume" otherwise), and
   refuses any setting that differs from the run's saved ``config.yaml`` (naming each key and
   both values), except the safe ones the caller allows explicitly (`SAFE_CHANGES`: more
@@ -28,6 +32,7 @@ import yaml
 
 from orsd_gym.errors import RunDirectoryError
 from orsd_gym.train.checkpoint import list_checkpoints, remove_stale_temporaries
+from orsd_gym.train.metrics import read_metrics
 from orsd_gym.writable import writable_directory
 
 #: What a run writes into its directory (anything else there is left alone).
@@ -104,6 +109,12 @@ def claim_run_directory(
     root = Path(output_dir)
     existing = [name for name in RUN_FILES if (root / name).exists()]
     checkpoints = list_checkpoints(root / "checkpoints")
+    if existing and not checkpoints and not overwrite and _records_finished(root):
+        raise RunDirectoryError(
+            f"{root} holds a finished run whose checkpoints are gone (its records reach its last "
+            "iteration): there is nothing to resume; --overwrite trains it again, or choose another "
+            "train.output_dir"
+        )
     if existing and not checkpoints and not overwrite and _same_run(root, record, defaults):
         # This run, stopped before its first checkpoint (a crash, Ctrl-C, a full disk): nothing
         # trained is lost by starting it over, with or without --resume.
@@ -176,6 +187,44 @@ def open_run_directory(
     (output_dir / "config.yaml").write_text(yaml.safe_dump(record, sort_keys=False))
     (output_dir / "task_plan.json").write_text(json.dumps(plan, indent=1))
     return claim
+
+
+def finished_from_records(
+    output_dir: str | Path,
+    record: Mapping[str, Any],
+    *,
+    allow_changes: Iterable[str] = (),
+    defaults: Mapping[str, Any] | None = None,
+) -> bool:
+    """Whether ``output_dir`` holds the run ``record`` describes, finished, with no checkpoint to
+    resume: what a comparison kept without its weights. Raises `RunDirectoryError` when the
+    finished run there was trained with other settings (naming them; ``allow_changes`` aside,
+    except more iterations, which would need the weights), rather than let it be retrained over."""
+    root = Path(output_dir)
+    if list_checkpoints(root / "checkpoints") or not _records_finished(root):
+        return False
+    saved = yaml.safe_load((root / "config.yaml").read_text(encoding="utf-8"))
+    differences = config_differences(saved, record, defaults)
+    refused = {k: v for k, v in differences.items() if k not in set(allow_changes) or k == "train.iterations"}
+    if refused:
+        lines = "; ".join(f"{k}: {old!r} in the run, {new!r} now" for k, (old, new) in sorted(refused.items()))
+        raise RunDirectoryError(
+            f"{root} holds a finished run, without its checkpoints, of other settings: {lines}; "
+            "train it again in another directory (or start over with --fresh)"
+        )
+    return True
+
+
+def _records_finished(root: Path) -> bool:
+    """Whether the run in ``root`` recorded its last iteration (config.yaml's train.iterations)."""
+    saved_path = root / "config.yaml"
+    try:
+        saved = yaml.safe_load(saved_path.read_text(encoding="utf-8")) if saved_path.is_file() else None
+        iterations = int(saved["train"]["iterations"])
+    except (yaml.YAMLError, TypeError, KeyError, ValueError):
+        return False
+    recorded = [int(r.get("iteration", -1)) for r in read_metrics(root / "metrics.jsonl")]
+    return iterations in recorded
 
 
 def _same_run(root: Path, record: Mapping[str, Any], defaults: Mapping[str, Any] | None) -> bool:
