@@ -49,6 +49,10 @@ def _snapshot(directory: Path) -> dict[str, float]:
     return {str(p): p.stat().st_mtime_ns for p in directory.rglob("*")}
 
 
+def _contents(directory: Path) -> dict[str, bytes]:
+    return {str(p): p.read_bytes() for p in directory.rglob("*") if p.is_file()}
+
+
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("run")
@@ -226,6 +230,27 @@ def test_a_comparison_kept_without_checkpoints_reads_its_finished_runs(tmp_path)
     with pytest.raises(RunDirectoryError, match="train.iterations: 1 in the run, 2 now"):
         compare(more, ["grpo"], [0], tmp_path, live=False, allow_changes=["train.iterations"])
     assert _snapshot(run) == before
+
+
+def test_processes_sharing_a_report_directory_train_their_own_seeds(tmp_path, capsys):
+    compare_args = ["compare", "--config", str(_empty_yaml(tmp_path)), "--algos", "grpo", "--out", str(tmp_path)]
+    for seeds in ("1", "0"):  # as two processes would, each with its own seeds
+        assert main([*compare_args, "--seed-list", seeds, "--no-live", *RUN]) == 0
+    runs = tmp_path / "runs"
+    assert sorted(p.name for p in runs.iterdir()) == ["grpo-seed0", "grpo-seed1"]
+    trained = _contents(runs)
+    assert main([*compare_args, "--seeds", "2", "--no-live", *RUN]) == 0  # reads both: trains nothing
+    assert _contents(runs) == trained
+    runs_read = json.loads((tmp_path / "results.json").read_text())["runs"].values()
+    assert sorted(r["seed"] for r in runs_read) == [0, 1]
+    before = _snapshot(runs)
+    assert main([*compare_args, "--seed-list", "1", "--fresh", "--no-live", *RUN]) == 0
+    after = _snapshot(runs)
+    for path, stamp in before.items():  # --fresh retrained seed 1 only
+        assert (after.get(path) == stamp) == ("grpo-seed0" in path), path
+    capsys.readouterr()
+    assert main([*compare_args, "--seed-list", "1,x", *RUN]) == 2
+    assert "--seed-list '1,x'" in capsys.readouterr().err
 
 
 def test_a_moved_comparison_resumes_with_its_warm_start_in_the_new_place():

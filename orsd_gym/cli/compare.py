@@ -32,6 +32,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         ),
     )
     parser.add_argument("--seeds", type=int, default=3, help="number of seeds (0..N-1)")
+    parser.add_argument(
+        "--seed-list",
+        help=(
+            "these seeds instead of 0..N-1 (e.g. 1,2): processes sharing one --out each train their own "
+            "seeds; a last run with --seeds N reads every finished run and writes the whole report"
+        ),
+    )
     parser.add_argument("--out", default="reports/compare", help="report directory")
     parser.add_argument("--fresh", action="store_true", help="retrain runs already in the report directory")
     add_allow_change(parser, "runs already in the report directory continue")
@@ -48,22 +55,38 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _seeds(args: argparse.Namespace) -> list[int]:
+    if args.seed_list is None:
+        if args.seeds < 1:
+            raise UsageError("--seeds must be >= 1")
+        return list(range(args.seeds))
+    try:
+        seeds = [int(text) for text in args.seed_list.split(",")]
+    except ValueError:
+        raise UsageError(f"--seed-list {args.seed_list!r}: expected seeds separated by commas, e.g. 1,2") from None
+    if any(seed < 0 for seed in seeds) or len(set(seeds)) != len(seeds):
+        raise UsageError(f"--seed-list {args.seed_list!r}: seeds must be distinct and >= 0")
+    return seeds
+
+
 def run_comparison(base: Config, args: argparse.Namespace, out: Path) -> Path:
     """Check the arguments, train, write and print the report (``demo`` runs this too)."""
     names = [a.strip() for a in args.algos.split(",") if a.strip()]
     if not names:
         raise UsageError("--algos is empty")
-    if args.seeds < 1:
-        raise UsageError("--seeds must be >= 1")
+    seeds = _seeds(args)
     for name in names:
         run_config(base, Arm.parse(name), 0, out)  # every arm's settings are valid before any run starts
-    if args.fresh and (out / "runs").exists():
-        shutil.rmtree(out / "runs")
+    if args.fresh:
+        # Only this comparison's seeds: another process may be training the others in the same --out.
+        for seed in seeds:
+            for run_dir in (out / "runs").glob(f"*-seed{seed}"):
+                shutil.rmtree(run_dir)
     console = Console(stderr=args.json)
     report = compare(
         base,
         names,
-        list(range(args.seeds)),
+        seeds,
         out,
         live=not args.no_live,
         resume=not args.fresh,

@@ -30,6 +30,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     base = configio.load(Config, "demo", [*args.overrides, *threads_override(args)])
-    args.algos = "grpo,orsd"
+    args.algos, args.seed_list = "grpo,orsd", None
     run_comparison(base, args, Path(args.out))
     return 0
