@@ -161,3 +161,27 @@ def test_equal_curves_are_drawn_with_equal_values_inside_the_metric_range(tmp_pa
     assert len(lines) == 3 and all(list(line) == [0.0, 0.5, 0.5] for line in lines)
     assert drawn["ylim"] == (0.0, 1.0)  # never below 0 or above 1, however close the curves
     assert "drawn a few points apart" in write_report(tmp_path, Config(), results).read_text()
+
+
+def test_each_algorithm_gain_over_its_start_is_paired_by_run(tmp_path):
+    results = [
+        _run("grpo", 0, [0.1, 0.2, 0.3], tmp_path),
+        _run("grpo", 1, [0.4, 0.4, 0.5], tmp_path),
+        _run("grpo", 2, [0.0, 0.1, 0.15], tmp_path),
+        # Evaluated once (as `random` is): no gain to report.
+        _run("random", 0, [0.05], tmp_path),
+        _run("random", 1, [0.05], tmp_path),
+        _run("random", 2, [0.05], tmp_path),
+    ]
+    summary = summarise(results)
+    grpo = summary["table"]["grpo"]
+    assert grpo["gain_score_diffs"] == pytest.approx([0.2, 0.1, 0.15])
+    # mean 0.15, sd 0.05, t(2) = 4.303 -> half width 0.124: above zero.
+    assert grpo["gain_score"]["mean"] == pytest.approx(0.15)
+    assert grpo["gain_score"]["ci95"] == pytest.approx(4.303 * 0.05 / math.sqrt(3))
+    assert summary["table"]["random"]["gain_score"]["n"] == 0
+    text = write_report(tmp_path, Config(), results).read_text()
+    section = text.split("## Gain over the start")[1].split("##")[0]
+    assert "- grpo: score 0.150 [0.026, 0.274]" in section and "it learned" in section
+    assert "random" not in section
+    assert "| start score |" in text

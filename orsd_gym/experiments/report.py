@@ -1,9 +1,10 @@
 """The comparison report: statistics across seeds, learning curves, markdown.
 
 Per algorithm: final and best held-out success rate and score (mean over the eval tasks),
-mean +- 95% confidence interval across seeds (Student t), and paired differences against the
+mean +- 95% confidence interval across seeds (Student t), paired differences against the
 first algorithm (same seed = same initial weights, tasks and evaluation set, so pairing
-removes the seed-to-seed variation both runs share).
+removes the seed-to-seed variation both runs share), and each algorithm's gain over its own
+start (final minus first evaluation of the same run, on the same tasks).
 """
 
 from __future__ import annotations
@@ -25,6 +26,10 @@ FEW_SEEDS = 3
 METRICS = (("success", "eval/success_rate"), ("score", "eval/mean_return"))
 #: The range a metric (and a difference of two) can take: intervals are clipped to it.
 RANGES = {label: METRIC_RANGES[key] for label, key in METRICS}
+
+
+#: The results table's columns: the algorithm, then `_row_cells`.
+HEADERS = ("algorithm", "start success", "final success", "best success", "start score", "final score", "best score")
 
 
 def _difference_bounds(label: str) -> tuple[float, float]:
@@ -49,6 +54,10 @@ def summarise(results: list[Any]) -> dict[str, Any]:
             entry[f"best_{label}"] = mean_ci(bests, RANGES[label]).as_dict()
             entry[f"start_{label}_seed_sd"] = float(np.std(starts, ddof=1)) if len(starts) > 1 else math.nan
             entry[f"final_{label}_seed_sd"] = float(np.std(finals, ddof=1)) if len(finals) > 1 else math.nan
+            # Only runs evaluated again after training have a gain (`random` is evaluated once).
+            gains = [r.evals[-1].get(key, math.nan) - r.evals[0].get(key, math.nan) for r in runs if len(r.evals) > 1]
+            entry[f"gain_{label}"] = mean_ci(gains, _difference_bounds(label)).as_dict()
+            entry[f"gain_{label}_diffs"] = gains
         table[algo] = entry
         for r in runs:
             per_run[f"{algo}-seed{r.seed}"] = {
@@ -235,6 +244,29 @@ def effect_statement(summary: dict[str, Any]) -> list[str]:
     return lines
 
 
+def gain_lines(summary: dict[str, Any]) -> list[str]:
+    """Did each algorithm learn? Its final held-out numbers minus its own start, paired by run."""
+    lines = []
+    for algo in summary["algos"]:
+        row = summary["table"][algo]
+        gain = row.get("gain_score")
+        if not gain or gain["n"] == 0:
+            continue
+        success = Estimate.from_dict(row["gain_success"], _difference_bounds("success"))
+        score = Estimate.from_dict(gain, _difference_bounds("score"))
+        per_seed = ", ".join(f"{d:+.3f}" for d in row["gain_score_diffs"])
+        if score.n < FEW_SEEDS:
+            verdict = f"{score.n} seed(s) are too few for an interval"
+        elif score.low > 0:
+            verdict = "the 95% interval is above zero: it learned"
+        elif score.high < 0:
+            verdict = "the 95% interval is below zero: it got worse"
+        else:
+            verdict = "the 95% interval includes zero: no gain distinguishable from seed noise"
+        lines.append(f"- {algo}: score {score}, success {success}; score gain per seed {per_seed}; {verdict}.")
+    return lines
+
+
 def write_report(out_dir: str | Path, base_config: Any, results: list[Any]) -> Path:
     """Write results.json, learning curves and report.md into ``out_dir``; return report.md."""
     from orsd_gym import configio
@@ -262,8 +294,8 @@ def write_report(out_dir: str | Path, base_config: Any, results: list[Any]) -> P
         "",
         "## Held-out results (mean [95% CI] across seeds, clipped to the metric's range)",
         "",
-        "| algorithm | start success | final success | best success | final score | best score |",
-        "|---|---|---|---|---|---|",
+        "| " + " | ".join(HEADERS) + " |",
+        "|" + "---|" * len(HEADERS),
     ]
     for algo in summary["algos"]:
         lines.append(f"| {algo} | " + " | ".join(_row_cells(summary["table"][algo])) + " |")
@@ -275,6 +307,9 @@ def write_report(out_dir: str | Path, base_config: Any, results: list[Any]) -> P
         s = Estimate.from_dict(entry["final_score_diff"], _difference_bounds("score"))
         lines.append(f"- {name}: final success {d}, final score {s}; per seed {entry['final_success_diffs']}")
     lines += ["", "## How big is the effect?", ""] + (effect_statement(summary) or ["- only one algorithm was run."])
+    gains = gain_lines(summary)
+    if gains:
+        lines += ["", "## Gain over the start (final minus start of the same run, same eval tasks)", "", *gains]
     signal = [
         f"{name}: {run['mixed_group_frac']:.2f}"
         for name, run in summary["runs"].items()
@@ -351,7 +386,7 @@ def write_report(out_dir: str | Path, base_config: Any, results: list[Any]) -> P
 
 def _row_cells(row: dict[str, Any]) -> list[str]:
     """One arm's cells of the results table."""
-    columns = ("start_success", "final_success", "best_success", "final_score", "best_score")
+    columns = ("start_success", "final_success", "best_success", "start_score", "final_score", "best_score")
     return [str(Estimate.from_dict(row[m], RANGES[m.split("_", 1)[1]])) for m in columns]
 
 
@@ -396,7 +431,7 @@ def print_summary(report: Path, console: Any) -> None:
 
     summary = json.loads((report.parent / "results.json").read_text())
     table = Table(title=f"held-out results ({report})")
-    for column in ("algorithm", "start success", "final success", "best success", "final score", "best score"):
+    for column in HEADERS:
         table.add_column(column, justify="right" if column != "algorithm" else "left")
     for algo in summary["algos"]:
         row = summary["table"][algo]
