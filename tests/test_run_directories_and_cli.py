@@ -229,6 +229,11 @@ def test_a_comparison_kept_without_checkpoints_reads_its_finished_runs(tmp_path)
     more = load_config(None, [*RUN, "eval.every=0", "train.iterations=2"])
     with pytest.raises(RunDirectoryError, match="train.iterations: 1 in the run, 2 now"):
         compare(more, ["grpo"], [0], tmp_path, live=False, allow_changes=["train.iterations"])
+    # Read on a machine with another thread count: a setting the reader may consent to.
+    faster = load_config(None, [*RUN, "eval.every=0", "train.threads=2"])
+    with pytest.raises(RunDirectoryError, match="--allow-change train.threads"):
+        compare(faster, ["grpo"], [0], tmp_path, live=False)
+    compare(faster, ["grpo"], [0], tmp_path, live=False, allow_changes=["train.threads"])
     assert _snapshot(run) == before
 
 

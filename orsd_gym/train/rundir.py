@@ -146,10 +146,9 @@ def claim_run_directory(
         )
     refused = {k: v for k, v in differences.items() if k not in allowed}
     if refused:
-        lines = "; ".join(f"{k}: {old!r} in the run, {new!r} now" for k, (old, new) in sorted(refused.items()))
-        safe = sorted(set(refused) & SAFE_CHANGES)
-        hint = f" (to change {', '.join(safe)} on purpose, pass --allow-change {','.join(safe)})" if safe else ""
-        raise RunDirectoryError(f"--resume would train {root} with other settings than it has: {lines}{hint}")
+        raise RunDirectoryError(
+            f"--resume would train {root} with other settings than it has: {_refusal(refused, SAFE_CHANGES)}"
+        )
     if "train.iterations" in differences and record["optim"]["scheduler"] != "constant":
         raise RunDirectoryError(
             f"train.iterations cannot change on resume with optim.scheduler={record['optim']['scheduler']!r}: "
@@ -207,12 +206,19 @@ def finished_from_records(
     differences = config_differences(saved, record, defaults)
     refused = {k: v for k, v in differences.items() if k not in set(allow_changes) or k == "train.iterations"}
     if refused:
-        lines = "; ".join(f"{k}: {old!r} in the run, {new!r} now" for k, (old, new) in sorted(refused.items()))
         raise RunDirectoryError(
-            f"{root} holds a finished run, without its checkpoints, of other settings: {lines}; "
-            "train it again in another directory (or start over with --fresh)"
+            f"{root} holds a finished run, without its checkpoints, of other settings: "
+            f"{_refusal(refused, SAFE_CHANGES - {'train.iterations'})}; "
+            "otherwise train it again in another directory (or start over with --fresh)"
         )
     return True
+
+
+def _refusal(refused: Mapping[str, tuple[Any, Any]], allowable: Iterable[str]) -> str:
+    """Each refused setting with both values, and how to consent to those that may change."""
+    lines = "; ".join(f"{k}: {old!r} in the run, {new!r} now" for k, (old, new) in sorted(refused.items()))
+    safe = sorted(set(refused) & set(allowable))
+    return lines + (f" (to change {', '.join(safe)} on purpose, pass --allow-change {','.join(safe)})" if safe else "")
 
 
 def _records_finished(root: Path) -> bool:
