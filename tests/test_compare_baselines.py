@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
@@ -54,3 +55,9 @@ def test_baselines_join_the_comparison_on_the_same_tasks_and_budget(tmp_path):
     ]
     assert plans[0] == plans[1] == plans[2]  # the same held-out tasks
     assert "env steps/s" in report.read_text()
+    # A comparison copied elsewhere without its weights (as one is committed) trains nothing again.
+    moved = tmp_path.parent / f"{tmp_path.name}-moved"
+    shutil.copytree(tmp_path, moved, ignore=shutil.ignore_patterns("checkpoints"))
+    kept = {p: p.stat().st_mtime_ns for p in (moved / "runs").rglob("*") if p.is_file()}
+    compare(base, ["random", "grpo", "sb3:maskable_ppo"], [0], moved, live=False)
+    assert {p: p.stat().st_mtime_ns for p in (moved / "runs").rglob("*") if p.is_file()} == kept

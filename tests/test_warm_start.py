@@ -61,9 +61,11 @@ def test_warm_start_is_cached_and_reused(tmp_path, setup):
     config, plan, _, _ = setup
     path = tmp_path / "ws.safetensors"
     first = load_policy("tiny-random")
-    assert ensure_warm_start(config, plan, first, path) is not None and path.is_file()
+    cloned = ensure_warm_start(config, plan, first, path)
+    assert cloned is not None and path.is_file()
     second = load_policy("tiny-random")
-    assert ensure_warm_start(config, plan, second, path) is None  # loaded, not cloned again
+    # Loaded, not cloned again: every run starting from it still records what the warm start was.
+    assert ensure_warm_start(config, plan, second, path) == {**cloned, "warm_start/loaded": 1.0}
     a, b = first.state_dict(), second.state_dict()
     assert all((a[k] == b[k]).all() for k in a)
 

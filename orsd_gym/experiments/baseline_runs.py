@@ -6,7 +6,8 @@ iteration, the same held-out tasks) under the same environment-step budget, thro
 trainer's: ``config.yaml``, ``task_plan.json`` and ``eval.jsonl`` (one record per evaluation,
 ``iteration`` counting evaluations, ``env_steps`` the training steps before it), plus the
 baseline's own ``result.json`` and ``model.zip``. A run directory of the same settings and
-budget is reused; any other is replaced (a baseline trains in minutes).
+budget is reused, wherever the comparison has been moved; any other is replaced (a baseline
+trains in minutes).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import yaml
 from orsd_gym import jsonio
 from orsd_gym.train.config import Config, run_record
 from orsd_gym.train.plan import build_task_plan, merge_kwargs
+from orsd_gym.train.rundir import config_differences
 
 #: Held-out evaluations over a baseline's training (its curve's points, besides step 0).
 EVALUATIONS = 5
@@ -31,7 +33,12 @@ def run_baseline(config: Config, algo: str, run_dir: Path, env_steps: int) -> No
 
     record = {**run_record(config), "baseline": {"algo": algo, "env_steps": env_steps}}
     saved = run_dir / "config.yaml"
-    if (run_dir / "eval.jsonl").is_file() and saved.is_file() and yaml.safe_load(saved.read_text()) == record:
+    # Where the comparison lives is no setting: a comparison moved or copied elsewhere keeps its baselines.
+    if (
+        (run_dir / "eval.jsonl").is_file()
+        and saved.is_file()
+        and not config_differences(yaml.safe_load(saved.read_text()), record)
+    ):
         return
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True)

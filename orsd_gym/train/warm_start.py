@@ -16,11 +16,13 @@ to do. The teacher test (`orsd_gym.train.teacher`) measures whether it did.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import numpy as np
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from orsd_gym.policies.base import Policy
@@ -31,6 +33,9 @@ from orsd_gym.train.config import Config
 from orsd_gym.train.envs import close_envs, make_envs
 from orsd_gym.train.plan import TaskPlan, merge_kwargs
 from orsd_gym.train.teacher import RubricContext
+
+#: Where the warm-start file keeps its cloning metrics (safetensors metadata, a JSON string).
+METRICS_KEY = "orsd_gym.warm_start_metrics"
 
 
 def collect_demonstrations(config: Config, plan: TaskPlan, policy: Policy) -> list[Trajectory]:
@@ -114,18 +119,22 @@ def _clone_epoch(
 def ensure_warm_start(config: Config, plan: TaskPlan, policy: Policy, path: str | Path) -> dict[str, float] | None:
     """Load the warm-start weights from ``path`` if they exist, else make and save them.
 
-    Returns the cloning metrics when it cloned, None when it loaded. The file is written
-    atomically, so an interrupted run clones again rather than loading half a file.
+    Returns the cloning metrics, saved in the file beside the weights, so that every run
+    starting from a shared warm start records what it was (None: a file without them). The file
+    is written atomically, so an interrupted run clones again rather than loading half a file.
     """
     path = Path(path)
     if path.is_file():
         policy.load_state_dict(load_file(path))
-        return None
+        with safe_open(path, framework="pt") as handle:
+            saved = (handle.metadata() or {}).get(METRICS_KEY)
+        return {**json.loads(saved), "warm_start/loaded": 1.0} if saved else None
     with phase("warm_start") as timer:
         metrics = clone(policy, collect_demonstrations(config, plan, policy), config)
     metrics["warm_start/time"] = timer.seconds
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    save_file({k: v.detach().contiguous().cpu() for k, v in policy.state_dict().items()}, partial)
+    tensors = {k: v.detach().contiguous().cpu() for k, v in policy.state_dict().items()}
+    save_file(tensors, partial, metadata={METRICS_KEY: json.dumps(metrics)})
     os.replace(partial, path)
     return metrics
