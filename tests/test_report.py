@@ -103,6 +103,11 @@ def test_effect_needs_enough_seeds_before_it_is_called_larger_than_noise(tmp_pat
         _run(a, seed, [0.0, x + seed / 100], tmp_path) for seed in (0, 1, 2) for a, x in (("grpo", 0.2), ("orsd", 0.6))
     ]
     assert "excludes zero: the difference is larger than seed noise" in effect_statement(summarise(three))[0]
+    # Three seeds that differ by the same one task: still no width, so no claim.
+    same = [_run(a, seed, [0.0, x], tmp_path) for seed in (0, 1, 2) for a, x in (("grpo", 1 / 3), ("orsd", 0.0))]
+    statement = effect_statement(summarise(same))[0]
+    assert "-0.333, 1 of 3 held-out tasks, on every one of 3 seeds" in statement
+    assert "larger than seed noise" not in statement
 
 
 def test_the_report_says_which_link_of_the_chain_holds(tmp_path):

@@ -221,6 +221,16 @@ def effect_statement(summary: dict[str, Any]) -> list[str]:
                 "no measurable effect at this budget."
             )
             continue
+        diffs = entry["final_success_diffs"]
+        if n >= FEW_SEEDS and len(set(diffs)) == 1:
+            # Every seed equal: the interval has no width, which says nothing about task noise.
+            tasks = summary.get("tasks", {}).get("eval_tasks")
+            share = f", {abs(diffs[0]) * tasks:.0f} of {tasks} held-out tasks," if tasks else ""
+            lines.append(
+                f"- {name}: the same final-success difference {diffs[0]:+.3f}{share} on every one of {n} seeds; "
+                "an interval across seeds has no width here and cannot tell it from the noise of so few tasks."
+            )
+            continue
         estimate = Estimate.from_dict(diff, _difference_bounds("success"))
         low, high = estimate.low, estimate.high
         if n < FEW_SEEDS:
