@@ -143,7 +143,8 @@ def test_bounded_correction_hand_values():
 @given(
     st.lists(
         st.tuples(
-            st.floats(-5, 5, allow_nan=False),
+            # No subnormal advantages: (1 - c) times the smallest one rounds to 0, a limit of float64.
+            st.floats(-5, 5, allow_nan=False, allow_subnormal=False),
             st.floats(-50, 50, allow_nan=False),
             st.booleans(),
         ),
