@@ -8,7 +8,7 @@ import math
 import pytest
 
 from orsd_gym.experiments.compare import RunResult
-from orsd_gym.experiments.report import effect_statement, print_summary, summarise, write_report
+from orsd_gym.experiments.report import effect_statement, link_verdict, print_summary, summarise, write_report
 from orsd_gym.train.config import Config
 from orsd_gym.train.stats import mean_ci
 
@@ -121,17 +121,34 @@ def test_the_report_says_which_link_of_the_chain_holds(tmp_path):
         )
         results.append(run)
     results.append(_run("grpo", 0, [0.1, 0.2], tmp_path))  # measured nothing: no row
+    # A GRPO run whose gradient share was measured has no correction: it must not enter the links
+    # about the correction (its ratio 0 would pull ORSD's below 1).
+    measured_grpo = _run("grpo", 1, [0.1, 0.2], tmp_path)
+    measured_grpo.metrics[0]["grad_share/correction_ratio"] = 0.0
+    results.append(measured_grpo)
     summary = summarise(results)
     assert summary["runs"]["orsd-seed1"]["teacher_gain"] == pytest.approx(0.125)
     assert summary["runs"]["orsd-seed2"]["correction_ratio"] == pytest.approx(2.5)
     text = write_report(tmp_path, Config(), results).read_text()
     assert "| orsd-seed0 | +0.250 | +0.125 | n/a | +0.0200 | 2.00 | -0.10 | n/a |" in text
     assert "grpo-seed0 |" not in text.split("Does the method's chain hold?")[1].split("\n\n")[1]
-    # teacher gain 0.1917 +- 4.303 * 0.0629 / sqrt 3 = [0.035, 0.348]: above 0
-    assert "beats the student: holds" in text
-    # alignment 0.02 +- 4.303 * 0.01 / sqrt 3 = [-0.005, 0.045]: not above 0
-    assert "(credit alignment): does not hold" in text
-    assert "stays below the outcome's: does not hold" in text
+    verdicts = {line.split("**")[1]: line for line in text.splitlines() if line.startswith("- **")}
+    # teacher gain 0.1917 +- 4.303 * 0.0629 / sqrt 3 = [0.035, 0.348]: above 0, holds;
+    # alignment 0.02 +- 4.303 * 0.01 / sqrt 3 = [-0.005, 0.045]: contains 0, not resolved;
+    # ratio 2.5 +- 4.303 * 0.5 / sqrt 3 = [1.258, 3.742]: above 1, fails.
+    assert verdicts["orsd"] == "- **orsd**: holds: teacher; fails: share; not resolved: alignment."
+    assert "stays below the outcome's: fails (2.500 [1.258, 3.742] over 3 seeds; needs < 1)" in text
+    # GRPO is judged on the teacher test only, here not measured.
+    assert verdicts["grpo"] == "- **grpo**: not measured: teacher."
+
+
+def test_link_verdicts_separate_failing_from_unresolved():
+    assert link_verdict(mean_ci([0.1, 0.12, 0.11]), 0.0, ">") == "holds"
+    assert link_verdict(mean_ci([-0.1, -0.12, -0.11]), 0.0, ">") == "fails"
+    assert link_verdict(mean_ci([-0.1, 0.12, 0.01]), 0.0, ">") == "not resolved"
+    assert link_verdict(mean_ci([0.5, 0.6, 0.55]), 1.0, "<") == "holds"
+    assert link_verdict(mean_ci([0.5]), 1.0, "<") == "one seed: no interval"
+    assert link_verdict(mean_ci([]), 1.0, "<") == "not measured"
 
 
 def _strict(text):

@@ -135,11 +135,35 @@ def _chain_measures(result: Any) -> dict[str, float | None]:
     return {name: _mean_metric(getattr(result, where), key) for name, (where, key) in CHAIN.items()}
 
 
+#: ORSD's three links (`chain_lines`): a short name, what must hold, the per-run measure, its
+#: threshold and side, and whether it concerns only runs with a correction (the teacher test
+#: concerns any policy).
+LINKS = (
+    (
+        "teacher",
+        "the teacher (the policy with the expert's rubric in context) beats the student",
+        "teacher_gain",
+        0.0,
+        ">",
+        False,
+    ),
+    (
+        "alignment",
+        "the correction points at the expert's decisions (credit alignment)",
+        "credit_alignment",
+        0.0,
+        ">",
+        True,
+    ),
+    ("share", "the correction's gradient stays below the outcome's", "correction_ratio", 1.0, "<", True),
+)
+
+
 def chain_lines(summary: dict[str, Any]) -> list[str]:
     """Report lines on ORSD's chain: per run the teacher gain (does the policy play better with
     the rubric in context?), credit alignment (does the correction point at the decisions?) and
-    the correction's gradient share (does it leave the outcome in charge?); then which links
-    hold over the runs (95% interval across runs on the right side of the threshold)."""
+    the correction's gradient share (does it leave the outcome in charge?); then, per arm, which
+    links hold, fail or are not resolved (`link_verdict`)."""
     runs = summary["runs"]
     measured = [n for n, r in runs.items() if any(r.get(k) is not None for k in (*CHAIN, "credit_alignment"))]
     if not measured:
@@ -164,22 +188,48 @@ def chain_lines(summary: dict[str, Any]) -> list[str]:
             f"{cell(r['correction_ratio'], '.2f')} | {cell(r['correction_cosine'], '+.2f')} | "
             f"{cell(r['correction_capped_frac'], '.2f')} |"
         )
-    links = [
-        ("the teacher (the policy with the expert's rubric in context) beats the student", "teacher_gain", 0.0, ">"),
-        ("the correction points at the expert's decisions (credit alignment)", "credit_alignment", 0.0, ">"),
-        ("the correction's gradient stays below the outcome's", "correction_ratio", 1.0, "<"),
+    lines += [
+        "",
+        "Per arm, across its seeds (one run per seed, so the runs are independent): a link holds when "
+        "the 95% interval lies on its side of the threshold, fails when it lies on the other side, and "
+        "is not resolved when it contains the threshold. Links: *teacher* (the policy plays better with "
+        "the expert's rubric in context than without), *alignment* (the correction points at the expert's "
+        "decisions), *share* (the correction's gradient stays below the outcome's).",
+        "",
     ]
-    lines.append("")
-    for text, key, threshold, side in links:
-        values = [runs[n][key] for n in measured if runs[n].get(key) is not None]
-        if not values:
-            lines.append(f"- {text}: not measured.")
-            continue
-        estimate = mean_ci(values)
-        holds = estimate.n > 1 and (estimate.low > threshold if side == ">" else estimate.high < threshold)
-        verdict = "holds" if holds else "does not hold" if estimate.n > 1 else "one run: no interval"
-        lines.append(f"- {text}: {verdict} ({estimate} over {estimate.n} runs; needs {side} {threshold:g}).")
+    arms = list(dict.fromkeys(runs[n]["algo"] for n in measured))
+    for arm in arms:
+        arm_runs = [runs[n] for n in measured if runs[n]["algo"] == arm]
+        corrected = any(r.get("orsd_rubric_frac") is not None for r in arm_runs)
+        verdicts = {"holds": [], "fails": [], "not resolved": [], "not measured": []}
+        details = []
+        for short, text, key, threshold, side, needs_correction in LINKS:
+            if needs_correction and not corrected:
+                continue  # e.g. GRPO: no correction to align or to weigh
+            estimate = mean_ci([r[key] for r in arm_runs if r.get(key) is not None])
+            verdict = link_verdict(estimate, threshold, side)
+            verdicts["not resolved" if verdict.startswith("one seed") else verdict].append(short)
+            if estimate.n:
+                details.append(f"{text}: {verdict} ({estimate} over {estimate.n} seeds; needs {side} {threshold:g})")
+        named = "; ".join(f"{v}: {', '.join(t)}" for v, t in verdicts.items() if t)
+        lines.append(f"- **{arm}**: {named}.")
+        lines += [f"    - {d}." for d in details]
     return lines
+
+
+def link_verdict(estimate: Estimate, threshold: float, side: str) -> str:
+    """``holds`` / ``fails`` when the estimate's 95% interval lies wholly on the needed / the
+    other side of ``threshold``, ``not resolved`` when it contains it."""
+    if estimate.n == 0:
+        return "not measured"
+    if estimate.n < 2:
+        return "one seed: no interval"
+    above, below = estimate.low > threshold, estimate.high < threshold
+    if (above and side == ">") or (below and side == "<"):
+        return "holds"
+    if above or below:
+        return "fails"
+    return "not resolved"
 
 
 def _mean_metric(metrics: list[dict], key: str) -> float | None:
