@@ -126,6 +126,10 @@ def test_the_report_says_which_link_of_the_chain_holds(tmp_path):
     measured_grpo = _run("grpo", 1, [0.1, 0.2], tmp_path)
     measured_grpo.metrics[0]["grad_share/correction_ratio"] = 0.0
     results.append(measured_grpo)
+    single = _run("orsd", 0, [0.1, 0.2], tmp_path)  # an arm with one finished seed: its value, no interval
+    single.algo = "orsd:expert"
+    single.metrics[0]["grad_share/correction_ratio"] = 0.5
+    results.append(single)
     summary = summarise(results)
     assert summary["runs"]["orsd-seed1"]["teacher_gain"] == pytest.approx(0.125)
     assert summary["runs"]["orsd-seed2"]["correction_ratio"] == pytest.approx(2.5)
@@ -140,6 +144,7 @@ def test_the_report_says_which_link_of_the_chain_holds(tmp_path):
     assert "stays below the outcome's: fails (2.500 [1.258, 3.742] over 3 seeds; needs < 1)" in text
     # GRPO is judged on the teacher test only, here not measured.
     assert verdicts["grpo"] == "- **grpo**: not measured: teacher."
+    assert "stays below the outcome's: one seed: no interval (+0.500; needs < 1)" in text
 
 
 def test_link_verdicts_separate_failing_from_unresolved():

@@ -209,7 +209,9 @@ def chain_lines(summary: dict[str, Any]) -> list[str]:
             estimate = mean_ci([r[key] for r in arm_runs if r.get(key) is not None])
             verdict = link_verdict(estimate, threshold, side)
             verdicts["not resolved" if verdict.startswith("one seed") else verdict].append(short)
-            if estimate.n:
+            if estimate.n == 1:
+                details.append(f"{text}: {verdict} ({estimate.mean:+.3f}; needs {side} {threshold:g})")
+            elif estimate.n:
                 details.append(f"{text}: {verdict} ({estimate} over {estimate.n} seeds; needs {side} {threshold:g})")
         named = "; ".join(f"{v}: {', '.join(t)}" for v, t in verdicts.items() if t)
         lines.append(f"- **{arm}**: {named}.")
