@@ -15,8 +15,8 @@ import pytest
 from resumable_env import ENV_ID as VOWEL_ENV
 
 from orsd_gym.cli import main
-from orsd_gym.errors import RunDirectoryError
-from orsd_gym.experiments.compare import compare
+from orsd_gym.errors import RunDirectoryError, UsageError
+from orsd_gym.experiments.compare import compare, report_finished
 from orsd_gym.rollout import load_jsonl
 from orsd_gym.train.config import load_config
 from orsd_gym.train.metrics import read_metrics
@@ -235,6 +235,25 @@ def test_a_comparison_kept_without_checkpoints_reads_its_finished_runs(tmp_path)
         compare(faster, ["grpo"], [0], tmp_path, live=False)
     compare(faster, ["grpo"], [0], tmp_path, live=False, allow_changes=["train.threads"])
     assert _snapshot(run) == before
+
+
+def test_an_interim_report_reads_the_finished_runs_and_trains_nothing(tmp_path):
+    base = load_config(None, RUN)
+    with pytest.raises(UsageError, match="no finished run"):
+        report_finished(base, ["grpo"], [0], tmp_path)
+    compare(base, ["grpo"], [0], tmp_path, live=False)
+    runs = _snapshot(tmp_path / "runs")
+    report, left_out = report_finished(base, ["grpo", "orsd"], [0, 1], tmp_path)
+    assert _snapshot(tmp_path / "runs") == runs  # nothing trained, nothing touched
+    assert left_out == ["orsd-seed0", "grpo-seed1", "orsd-seed1"]
+    assert [r["seed"] for r in json.loads((tmp_path / "results.json").read_text())["runs"].values()] == [0]
+    assert report.read_text().startswith("# grpo on")
+    # A finished run of other settings is refused, as the comparison refuses it.
+    changed = load_config(None, [*RUN, "rollout.group_size=3"])
+    with pytest.raises(RunDirectoryError, match="rollout.group_size: 2 in the run, 3 now"):
+        report_finished(changed, ["grpo"], [0], tmp_path)
+    with pytest.raises(UsageError, match="leave out random"):
+        report_finished(base, ["grpo", "random"], [0], tmp_path)
 
 
 def test_processes_sharing_a_report_directory_train_their_own_seeds(tmp_path, capsys):

@@ -19,7 +19,9 @@ setting that passes `teacher_gate.py`.
     python benchmarks/studies/orsd_study.py --arms grpo,orsd:expert@beta=0.1,orsd:shuffled@beta=0.1 ...  # a beta sweep
 
 Writes the comparison report (report.md, results.json, curves) into ``--out``, with
-``study.json``: the commit, the command, the arms and the wall time.
+``study.json``: the commit, the command, the arms and the wall time. ``--report-only`` trains
+nothing: it writes the report of the runs in ``--out`` that have finished (the interim report of
+a study that spans sessions) and names the runs it leaves out.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from rich.console import Console
 
 from orsd_gym import configio
 from orsd_gym.cli.options import add_allow_change, allowed_changes
-from orsd_gym.experiments.compare import compare
+from orsd_gym.experiments.compare import compare, report_finished
 from orsd_gym.experiments.report import print_summary
 from orsd_gym.train.config import Config
 
@@ -98,6 +100,7 @@ def main() -> int:
     parser.add_argument("--setting", choices=sorted(SETTINGS), default="rubric-48", help="the starting policy")
     parser.add_argument("--out", default="benchmarks/results/orsd_study")
     parser.add_argument("--json", help="also write study.json here")
+    parser.add_argument("--report-only", action="store_true", help="report the finished runs in --out; train nothing")
     add_allow_change(parser, "runs already in --out continue")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
     args = parser.parse_args()
@@ -108,6 +111,10 @@ def main() -> int:
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     started = time.perf_counter()
     seeds = [int(seed) for seed in args.seed_list.split(",")] if args.seed_list else list(range(args.seeds))
+    if args.report_only:
+        report, left_out = report_finished(base, args.arms.split(","), seeds, out, allow_changes=allowed_changes(args))
+        print(f"{report}: the finished runs; not finished: {', '.join(left_out) or 'none'}")
+        return 0
     report = compare(base, args.arms.split(","), seeds, out, live=False, allow_changes=allowed_changes(args))
     record = {
         "commit": commit,

@@ -32,7 +32,7 @@ from orsd_gym.train.checkpoint import list_checkpoints
 from orsd_gym.train.config import Config, default_record, resolve_algo, run_record
 from orsd_gym.train.launch import train, under_torchrun
 from orsd_gym.train.metrics import read_metrics
-from orsd_gym.train.rundir import finished_from_records
+from orsd_gym.train.rundir import finished_from_records, finished_run
 from orsd_gym.train.validation import validate_settings
 from orsd_gym.writable import writable_directory
 
@@ -183,6 +183,41 @@ def compare(
         final = results[-1].evals[-1] if results[-1].evals else None
         console.print(_run_line(arm.label, seed, final, time.perf_counter() - started), highlight=False)
     return write_report(out_dir, base, results)
+
+
+def report_finished(
+    base: Config,
+    arms: list[str],
+    seeds: list[int],
+    out_dir: str | Path,
+    *,
+    allow_changes: Sequence[str] = (),
+) -> tuple[Path, list[str]]:
+    """Write the report of the (arm, seed) runs in ``out_dir`` that have finished, training
+    nothing: the interim report of a comparison that spans sessions. Returns the report and
+    the runs it leaves out (not started or not finished). A finished run of other settings is
+    refused as `compare` refuses it."""
+    out_dir = Path(out_dir)
+    parsed = [Arm.parse(text) for text in arms]
+    baselines = [arm.label for arm in parsed if arm.baseline is not None]
+    if baselines:
+        # A baseline's budget is the environment steps its seed's LLM arms used: only a full
+        # comparison knows whether a baseline on disk was trained with the right one.
+        raise UsageError(f"an interim report covers LLM arms only; leave out {', '.join(baselines)}")
+    results: list[RunResult] = []
+    left_out: list[str] = []
+    for seed in seeds:
+        for arm in parsed:
+            config = run_config(base, arm, seed, out_dir)
+            run_dir = Path(config.train.output_dir)
+            record, defaults = run_record(config), default_record(config.algo.name)
+            if finished_run(run_dir, record, allow_changes=allow_changes, defaults=defaults):
+                results.append(_read_run(arm.label, seed, run_dir))
+            else:
+                left_out.append(f"{arm.label}-seed{seed}")
+    if not results:
+        raise UsageError(f"no finished run in {out_dir / 'runs'}: nothing to report")
+    return write_report(out_dir, base, results), left_out
 
 
 def _finished_without_weights(config: Config, run_dir: Path, allow_changes: Sequence[str]) -> bool:

@@ -200,14 +200,30 @@ def finished_from_records(
     finished run there was trained with other settings (naming them; ``allow_changes`` aside,
     except more iterations, which would need the weights), rather than let it be retrained over."""
     root = Path(output_dir)
-    if list_checkpoints(root / "checkpoints") or not _records_finished(root):
+    if list_checkpoints(root / "checkpoints"):
+        return False
+    return finished_run(root, record, allow_changes=allow_changes, defaults=defaults)
+
+
+def finished_run(
+    output_dir: str | Path,
+    record: Mapping[str, Any],
+    *,
+    allow_changes: Iterable[str] = (),
+    defaults: Mapping[str, Any] | None = None,
+) -> bool:
+    """Whether ``output_dir`` holds the run ``record`` describes, finished (its records reach the
+    last iteration), with or without its checkpoints. Raises `RunDirectoryError` when the
+    finished run there was trained with other settings, as `finished_from_records` does."""
+    root = Path(output_dir)
+    if not _records_finished(root):
         return False
     saved = yaml.safe_load((root / "config.yaml").read_text(encoding="utf-8"))
     differences = config_differences(saved, record, defaults)
     refused = {k: v for k, v in differences.items() if k not in set(allow_changes) or k == "train.iterations"}
     if refused:
         raise RunDirectoryError(
-            f"{root} holds a finished run, without its checkpoints, of other settings: "
+            f"{root} holds a finished run of other settings: "
             f"{_refusal(refused, SAFE_CHANGES - {'train.iterations'})}; "
             "otherwise train it again in another directory (or start over with --fresh)"
         )
