@@ -8,7 +8,6 @@ import copy
 import gymnasium as gym
 import numpy as np
 import pytest
-import torch
 from algos_helpers import make_group
 from test_masking import QWEN3_TEMPLATE
 
@@ -168,8 +167,9 @@ def test_update_runs_in_train_mode_so_lora_dropout_acts(tmp_path, monkeypatch):
 
 
 def test_bf16_deltas_compare_passes_computed_alike():
-    """In bfloat16, cached decoding and one full forward differ by more than a typical delta; both
-    sides of delta are full passes in the update dtype, so an unchanged prompt gives exactly 0."""
+    """In bfloat16, cached decoding and one full forward can differ by more than a typical delta
+    (by over 1e-3 on some CPUs, a few 1e-6 on others, so that gap is not asserted); both sides of
+    delta are full passes in the update dtype, so an unchanged prompt gives exactly 0 anywhere."""
     bf16 = load_policy("tiny-random", dtype="bfloat16", seed=0)
     samples = collect(
         GUESS,
@@ -180,9 +180,6 @@ def test_bf16_deltas_compare_passes_computed_alike():
         options=RolloutOptions(max_turns=2, action_format="last_line"),
     )
     empty = [""] * len(samples)  # the privileged prompt is the original one: delta must be 0
-    sampled = [torch.tensor(t.logprobs) for t in samples]
-    stale = replay_deltas(bf16, samples, empty, old_logprobs=sampled, force_score=True)
-    assert max(float(d.abs().max()) for d in stale) > 1e-3  # cached decoding vs one forward, in bf16
     for baseline in ("rollout", "rescore"):
         deltas = replay_deltas(bf16, samples, empty, baseline=baseline, force_score=True)
         assert max(float(d.abs().max()) for d in deltas) == 0.0
