@@ -256,6 +256,15 @@ def test_an_interim_report_reads_the_finished_runs_and_trains_nothing(tmp_path):
         report_finished(base, ["grpo", "random"], [0], tmp_path)
 
 
+def test_the_study_script_reports_a_usage_error_in_one_line(tmp_path):
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "studies" / "orsd_study.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--report-only", "--out", str(tmp_path)], capture_output=True, text=True
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == f"orsd_study.py: error: no finished run in {tmp_path / 'runs'}: nothing to report"
+
+
 def test_processes_sharing_a_report_directory_train_their_own_seeds(tmp_path, capsys):
     compare_args = ["compare", "--config", str(_empty_yaml(tmp_path)), "--algos", "grpo", "--out", str(tmp_path)]
     for seeds in ("1", "0"):  # as two processes would, each with its own seeds

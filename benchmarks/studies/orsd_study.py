@@ -36,6 +36,7 @@ from pathlib import Path
 from rich.console import Console
 
 from orsd_gym import configio
+from orsd_gym.cli import run_reporting_errors
 from orsd_gym.cli.options import add_allow_change, allowed_changes
 from orsd_gym.experiments.compare import compare, report_finished
 from orsd_gym.experiments.report import print_summary
@@ -132,4 +133,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(
+        run_reporting_errors("orsd_study.py", main, "run the same command again to continue (finished runs are reused)")
+    )

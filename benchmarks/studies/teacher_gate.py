@@ -36,6 +36,7 @@ from pathlib import Path
 from orsd_study import EVAL_TASKS, STUDY
 
 from orsd_gym import configio
+from orsd_gym.cli import run_reporting_errors
 from orsd_gym.train.config import Config
 from orsd_gym.train.trainer import Trainer
 
@@ -138,4 +139,8 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(
+        run_reporting_errors(
+            "teacher_gate.py", main, "run the same command again to continue (finished cells are kept)"
+        )
+    )

@@ -12,7 +12,7 @@ import argparse
 import importlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from orsd_gym.errors import OrsdGymError
 
@@ -58,15 +58,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
+    module = _load(args._module)
+    return run_reporting_errors(
+        f"orsd-gym {args.command}", lambda: module.run(args), getattr(module, "CONTINUE_HINT", "")
+    )
+
+
+def run_reporting_errors(name: str, command: Callable[[], int | None], continue_hint: str = "") -> int:
+    """Run a command's body and return its exit status, reporting what ends it early as one line.
+
+    Shared by the subcommands and the scripts in ``benchmarks/`` that take user input.
+    """
     try:
-        return int(_load(args._module).run(args) or 0)
+        return int(command() or 0)
     except OrsdGymError as error:
-        print(f"orsd-gym {args.command}: error: {error}", file=sys.stderr)
+        print(f"{name}: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         # What a run has done is on disk up to its last checkpoint: say how to continue from it.
-        hint = getattr(_load(args._module), "CONTINUE_HINT", "")
-        print(f"orsd-gym {args.command}: interrupted{'; ' + hint if hint else ''}", file=sys.stderr)
+        print(f"{name}: interrupted{'; ' + continue_hint if continue_hint else ''}", file=sys.stderr)
         return 130
     except BrokenPipeError:
         # The reader stopped early (``| head``): what it read is what it wanted.
