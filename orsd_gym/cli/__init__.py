@@ -58,16 +58,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    module = _load(args._module)
+    # The subcommand's module is imported inside, so that Ctrl-C during a slow import (torch) is
+    # reported like any other interruption.
     return run_reporting_errors(
-        f"orsd-gym {args.command}", lambda: module.run(args), getattr(module, "CONTINUE_HINT", "")
+        f"orsd-gym {args.command}",
+        lambda: _load(args._module).run(args),
+        lambda: getattr(_load(args._module), "CONTINUE_HINT", ""),
     )
 
 
-def run_reporting_errors(name: str, command: Callable[[], int | None], continue_hint: str = "") -> int:
+def run_reporting_errors(
+    name: str, command: Callable[[], int | None], continue_hint: str | Callable[[], str] = ""
+) -> int:
     """Run a command's body and return its exit status, reporting what ends it early as one line.
 
     Shared by the subcommands and the scripts in ``benchmarks/`` that take user input.
+    ``continue_hint`` (or a function giving it) says how to continue after Ctrl-C.
     """
     try:
         return int(command() or 0)
@@ -76,7 +82,8 @@ def run_reporting_errors(name: str, command: Callable[[], int | None], continue_
         return 2
     except KeyboardInterrupt:
         # What a run has done is on disk up to its last checkpoint: say how to continue from it.
-        print(f"{name}: interrupted{'; ' + continue_hint if continue_hint else ''}", file=sys.stderr)
+        hint = continue_hint() if callable(continue_hint) else continue_hint
+        print(f"{name}: interrupted{'; ' + hint if hint else ''}", file=sys.stderr)
         return 130
     except BrokenPipeError:
         # The reader stopped early (``| head``): what it read is what it wanted.
