@@ -93,6 +93,22 @@ def load(cls: type[T], path: str | Path | None = None, overrides: Sequence[str] 
     return from_dict(cls, data)
 
 
+def merge(base: Mapping[str, Any], *overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` updated by each override in turn, nested mappings key by key: every layering of
+    settings (a file under its overrides, an algorithm's settings over its base algorithm's, an
+    arm's over the comparison's, the evaluation side's env arguments over the training side's)
+    goes through here, so ``{"reward": {"no_progress_penalty": 0.2}}`` keeps the other reward
+    settings instead of replacing the whole mapping."""
+    merged = dict(base)
+    for override in overrides:
+        for key, value in override.items():
+            if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+                merged[key] = merge(merged[key], value)
+            else:
+                merged[key] = value
+    return merged
+
+
 def shipped_configs() -> list[str]:
     """Names of the example configs that ship with the package (``orsd_gym/configs/*.yaml``)."""
     return sorted(p.stem for p in SHIPPED_CONFIGS.glob("*.yaml"))
@@ -110,7 +126,9 @@ def resolve_config_path(path: str | Path) -> Path:
 
 
 def apply_override(data: dict[str, Any], override: str) -> None:
-    """Set ``data[a][b] = value`` for an override ``"a.b=value"`` (value parsed as YAML)."""
+    """Set ``data[a][b] = value`` for an override ``"a.b=value"`` (value parsed as YAML), exactly
+    as written: a mapping value replaces the mapping there (``env.kwargs={}`` clears it); set one
+    nested key with a longer key (``algo.per_algo.grpo.reward.outcome=return``)."""
     key, sep, raw = override.partition("=")
     key = key.strip().lstrip("-")
     if not sep or not key:

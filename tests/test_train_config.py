@@ -204,3 +204,30 @@ def test_config_explain_prints_a_settings_help_type_default_and_value(capsys):
     assert "lr: 5.0e-05" in shown and "iterations: 3" in shown
     assert main(["config", "explain", "optim.lrr"]) == 2
     assert "optim has no setting 'lrr'; it has lr," in capsys.readouterr().err
+
+
+def test_a_nested_setting_of_an_algorithm_keeps_the_rest_of_its_bases_mapping(capsys, tmp_path):
+    """webshop_cpu gives GRPO (and so ORSD) a reward mapping; one nested key under ORSD's own
+    entry changes that key only, in a run's config, in `config explain` and in a comparison's arm."""
+    from orsd_gym.cli import main
+    from orsd_gym.experiments.compare import Arm, run_config
+
+    config = load_config("webshop_cpu", ["algo.name=orsd", "algo.per_algo.orsd.reward.no_progress_penalty=0.2"])
+    reward = resolve_algo(config).reward
+    assert (reward.outcome, reward.invalid_action_penalty, reward.no_progress_penalty) == ("return", 0.1, 0.2)
+    assert main(["config", "explain", "algo.per_algo.orsd.reward", "--config", "webshop_cpu"]) == 0
+    assert "reward.outcome = 'return'" in capsys.readouterr().out
+    base = load_config("webshop_cpu", ["model.name=tiny-random"])
+    arm = run_config(base, Arm.parse("orsd@reward.no_progress_penalty=0.3"), 0, tmp_path)
+    reward = resolve_algo(arm).reward
+    assert (reward.outcome, reward.invalid_action_penalty, reward.no_progress_penalty) == ("return", 0.1, 0.3)
+
+
+def test_merge_is_key_by_key_and_leaves_its_inputs_alone():
+    base = {"a": {"x": 1, "y": {"p": 1}}, "b": 2}
+    merged = configio.merge(base, {"a": {"y": {"q": 2}}}, {"b": 3, "c": {"z": 1}})
+    assert merged == {"a": {"x": 1, "y": {"p": 1, "q": 2}}, "b": 3, "c": {"z": 1}}
+    assert base == {"a": {"x": 1, "y": {"p": 1}}, "b": 2}
+    # A mapping replaces a non-mapping and the other way round.
+    assert configio.merge({"a": 1}, {"a": {"x": 1}}) == {"a": {"x": 1}}
+    assert configio.merge({"a": {"x": 1}}, {"a": None}) == {"a": None}

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import yaml
 
-from orsd_gym import jsonio
+from orsd_gym import configio, jsonio
 from orsd_gym.train.config import Config, run_record
-from orsd_gym.train.plan import build_task_plan, merge_kwargs
+from orsd_gym.train.plan import build_task_plan
 from orsd_gym.train.rundir import config_differences
 
 #: Held-out evaluations over a baseline's training (its curve's points, besides step 0).
@@ -53,8 +53,8 @@ def run_baseline(config: Config, algo: str, run_dir: Path, env_steps: int) -> No
             total_env_steps=env_steps,
             eval_every_steps=max(1, env_steps // EVALUATIONS),
             seed=config.train.seed,
-            env_kwargs=merge_kwargs(plan.train_kwargs, step_limit),
-            eval_env_kwargs=merge_kwargs(plan.eval_kwargs, step_limit),
+            env_kwargs=configio.merge(plan.train_kwargs, step_limit),
+            eval_env_kwargs=configio.merge(plan.eval_kwargs, step_limit),
         ),
         out_dir=run_dir,
     )

@@ -95,13 +95,14 @@ class Arm:
 
 
 def _arm_settings(text: str, settings: list[str]) -> dict[str, Any]:
-    """The ``key=value`` suffixes of an arm, values read as YAML scalars (``0.1`` a float)."""
+    """The ``key=value`` suffixes of an arm, values read as YAML scalars (``0.1`` a float); a
+    dotted key sets one nested setting (``reward.no_progress_penalty=0.2``)."""
     params: dict[str, Any] = {}
     for setting in settings:
         key, equals, value = setting.partition("=")
         if not equals or not key.strip() or not value.strip():
             raise UsageError(f"arm {text!r}: {setting!r} is not key=value (e.g. orsd:expert@beta=0.1)")
-        params[key.strip()] = yaml.safe_load(value)
+        configio.apply_override(params, setting)
     return params
 
 
@@ -110,7 +111,7 @@ def run_config(base: Config, arm: Arm, seed: int, out_dir: Path) -> Config:
     config = copy.deepcopy(base)
     if arm.baseline is None:
         config.algo.name = arm.algo
-        config.algo.per_algo[arm.algo] = {**config.algo.per_algo.get(arm.algo, {}), **arm.params}
+        config.algo.per_algo[arm.algo] = configio.merge(config.algo.per_algo.get(arm.algo, {}), arm.params)
     config.train.seed = seed
     config.train.output_dir = str(out_dir / "runs" / f"{arm.slug}-seed{seed}")
     if config.warm_start.episodes > 0 and not config.warm_start.path:

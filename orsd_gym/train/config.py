@@ -159,7 +159,9 @@ class AlgoConfig:
     name: str = "grpo"
     #: Settings per algorithm name, so one file configures every algorithm of a comparison
     #: (``per_algo: {grpo: {kl_coef: 0.01}, orsd: {beta: 0.05}}``). An algorithm built on
-    #: another also takes its base's settings (``grpo``'s apply to ``orsd`` runs), under its own.
+    #: another also takes its base's settings (``grpo``'s apply to ``orsd`` runs), under its own,
+    #: merged key by key (``orsd: {reward: {no_progress_penalty: 0.2}}`` keeps GRPO's other
+    #: reward settings).
     per_algo: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     #: Keys of earlier versions, and where their settings live now.
@@ -391,7 +393,8 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
 
 def resolve_algo(config: Config) -> Any:
     """The algorithm's typed config (e.g. `orsd_gym.algos.ORSDConfig`) from ``algo.per_algo``:
-    its base algorithms' entries, then its own; fails fast, naming the key, on a bad key or
+    its base algorithms' entries, then its own, merged key by key (a nested setting of its own
+    keeps the base's other keys); fails fast, naming the key, on a bad key or
     value. Resolved once per config: later calls return the same object while ``algo`` and
     ``rollout.temperature`` are unchanged."""
     key = (config.algo.name, repr(config.algo.per_algo), config.rollout.temperature)
@@ -410,9 +413,7 @@ def _resolve(config: Config) -> Any:
     except UnknownAlgorithmError as error:
         raise ConfigError(f"algo.name: {error}") from error
     check_per_algo(algo.per_algo)
-    params: dict[str, Any] = {}
-    for name in [*_bases(config_class), algo.name]:
-        params.update(algo.per_algo.get(name, {}))
+    params = configio.merge({}, *(algo.per_algo.get(name, {}) for name in [*_bases(config_class), algo.name]))
     if any(f.name == "temperature" for f in dataclasses.fields(config_class)):
         # Ratios and replays score tokens at the temperature they were sampled at: one setting.
         params["temperature"] = config.rollout.temperature

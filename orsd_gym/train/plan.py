@@ -18,13 +18,14 @@ The trainer runs exactly the plan that `build_task_plan` returns.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
+from orsd_gym import configio
 from orsd_gym.envs.base import TextEnv
 from orsd_gym.envs.registry import text_env_class
 from orsd_gym.envs.tasks import TaskSpec
@@ -119,16 +120,16 @@ def build_task_plan(config: Config, iterations: int | None = None) -> TaskPlan:
     except (OrsdGymError, ValueError) as error:
         raise TaskPlanError(f"env.kwargs: {error}") from error
     warnings: list[str] = []
-    train_kwargs = merge_kwargs(base, splits.train) if splits else base
+    train_kwargs = configio.merge(base, splits.train) if splits else base
     if config.eval.tasks == "training":
-        eval_kwargs = merge_kwargs(train_kwargs, config.eval.env_kwargs)
+        eval_kwargs = configio.merge(train_kwargs, config.eval.env_kwargs)
         partition = "none: evaluation on training tasks (eval.tasks=training)"
         warnings.append("evaluation runs on training tasks (eval.tasks=training): its success is not held out")
     elif splits:
-        eval_kwargs = merge_kwargs(base, splits.held_out, config.eval.env_kwargs)
+        eval_kwargs = configio.merge(base, splits.held_out, config.eval.env_kwargs)
         partition = splits.description
     else:
-        eval_kwargs = merge_kwargs(base, config.eval.env_kwargs)
+        eval_kwargs = configio.merge(base, config.eval.env_kwargs)
         partition = (
             f"task ids i with i % {FALLBACK_HOLD_OUT_EVERY} == {FALLBACK_HOLD_OUT_EVERY - 1} held out by the trainer"
         )
@@ -176,19 +177,6 @@ def build_task_plan(config: Config, iterations: int | None = None) -> TaskPlan:
             "evaluate on training tasks deliberately"
         )
     return plan
-
-
-def merge_kwargs(base: Mapping[str, Any], *overrides: Mapping[str, Any]) -> dict[str, Any]:
-    """``base`` updated by each override in turn; nested mappings merge key by key (so
-    ``{"generator": {"num_tasks": 8}}`` keeps the other generator settings)."""
-    merged = dict(base)
-    for override in overrides:
-        for key, value in override.items():
-            if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
-                merged[key] = merge_kwargs(merged[key], value)
-            else:
-                merged[key] = value
-    return merged
 
 
 def _fallback_held_out(task_id: int) -> bool:

@@ -18,6 +18,7 @@ import gymnasium as gym
 from gymnasium.envs.registration import load_env_creator
 
 import orsd_gym  # noqa: F401  (registers the built-in envs)
+from orsd_gym import configio
 from orsd_gym.errors import ConfigError, ModelNotFoundError
 from orsd_gym.policies.models import check_model_name
 
@@ -57,14 +58,13 @@ def check_teacher_test(config: Config, algo_settings: Any) -> None:
     """The teacher test's rubrics must exist: the expert's plan on the evaluation side, a
     readable rubric file, a placement it can use."""
     from orsd_gym.algos.orsd.sources import load_rubric_file
-    from orsd_gym.train.plan import merge_kwargs
     from orsd_gym.train.teacher import rubric_context
 
     test = config.eval
     if test.teacher_test == "off" and test.teacher_episodes == 0:
         return
     rubric_context(test, algo_settings)
-    if test.teacher_test == "expert" and not merge_kwargs(config.env.kwargs, test.env_kwargs).get("expert"):
+    if test.teacher_test == "expert" and not configio.merge(config.env.kwargs, test.env_kwargs).get("expert"):
         raise ConfigError(
             "eval.teacher_test=expert restates the env's expert plan at reset: set eval.env_kwargs.expert=reset"
         )

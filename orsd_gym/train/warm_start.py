@@ -25,13 +25,14 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
+from orsd_gym import configio
 from orsd_gym.policies.base import Policy
 from orsd_gym.profiling import phase
 from orsd_gym.rollout.collector import collect, expert_teacher
 from orsd_gym.rollout.trajectory import Trajectory
 from orsd_gym.train.config import Config
 from orsd_gym.train.envs import close_envs, make_envs
-from orsd_gym.train.plan import TaskPlan, merge_kwargs
+from orsd_gym.train.plan import TaskPlan
 from orsd_gym.train.teacher import RubricContext
 
 #: Where the warm-start file keeps its cloning metrics (safetensors metadata, a JSON string).
@@ -43,7 +44,7 @@ def collect_demonstrations(config: Config, plan: TaskPlan, policy: Policy) -> li
     like the policy's rollouts; ``warm_start.rubric_share`` of them (a seeded draw) with their
     task's expert rubric in context."""
     ws = config.warm_start
-    envs = make_envs(config.env, merge_kwargs(plan.train_kwargs, ws.env_kwargs), count=1)
+    envs = make_envs(config.env, configio.merge(plan.train_kwargs, ws.env_kwargs), count=1)
     count = len(plan.warm_start)
     rng = np.random.default_rng(np.random.SeedSequence([config.train.seed, 0xBC, 2]))
     with_rubric = {int(i) for i in rng.permutation(count)[: round(ws.rubric_share * count)]}
