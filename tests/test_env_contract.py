@@ -54,7 +54,7 @@ def test_step_accepts_any_input():
     obs0, _ = env.reset(seed=0)
     for action in ["", "x" * 100_000, "guess ∞", "\x00", 42, None, ["guess", 1]]:
         obs, reward, terminated, truncated, info = env.step(action)
-        assert_info_contract(info)
+        assert_info_contract(info, step=True)
         assert info["is_valid_action"] is False
         assert reward == 0.0 and not terminated
 
@@ -66,6 +66,7 @@ def test_win_terminates_and_reports_won():
     assert (reward, terminated, info["won"]) == (1.0, True, True)
     obs, reward, terminated, _, info = env.step("guess 5")  # after the end: defined outcome
     assert terminated and reward == 0.0 and info["is_valid_action"] is False
+    assert_info_contract(info, step=True)
 
 
 def test_step_budget_truncates():

@@ -75,6 +75,37 @@ def test_shuffled_rubrics_never_lend_a_task_its_own():
     assert ShuffledRubrics(pool.state()).pool == pool.pool  # checkpointed and restored
 
 
+class _RecordingPeers:
+    """One worker alone, recording what it sends the others."""
+
+    def __init__(self) -> None:
+        self.sent = []
+
+    def all_gather(self, value):
+        self.sent.append(value)
+        return [value]
+
+
+def test_the_lending_seed_does_not_depend_on_how_many_groups_were_mixed(policy):
+    """Worker 0 lends with the seed a single process draws: it must not depend on how many of
+    its groups were mixed, which decides how much randomness the policy's proposals and a random
+    selection use first."""
+    config = {"rubric_source": "shuffled", "shuffled_from": "policy", "selection": "random", "num_bundles": 2}
+    seeds = []
+    for outcomes in ([[True, True], [False, False]], [[True, False], [False, False]], [[True, False], [False, True]]):
+        batch = [
+            t
+            for g, successes in enumerate(outcomes)
+            for t in make_group(policy, successes=successes, group_id=g, task_id=g, seed=3 + g)
+        ]
+        peers = _RecordingPeers()
+        orsd = make_algorithm("orsd", {**config, "proposal_max_new_tokens": 6}, verifier=policy)
+        orsd.prepare(batch, policy, iteration=0, rng=np.random.default_rng(7), peers=peers)
+        [(_, seed)] = peers.sent
+        seeds.append(seed)
+    assert seeds[0] == seeds[1] == seeds[2]
+
+
 def test_file_rubrics_go_through_verification_and_selection(policy, tmp_path):
     path = tmp_path / "rubrics.yaml"
     path.write_text("'*': [[Guesses the middle first], [Reads the hint before guessing]]\n")

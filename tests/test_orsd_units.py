@@ -22,6 +22,7 @@ from orsd_gym.algos.orsd import (
 )
 from orsd_gym.algos.orsd.replay import insert_rubric
 from orsd_gym.algos.orsd.rubrics import DEFAULT_OFFLINE_PROPOSAL_TEMPLATE, proposal_messages
+from orsd_gym.algos.orsd.shaping import centre_delta
 from orsd_gym.envs.alfworld.presentation import ALFWORLD_EXAMPLES
 from orsd_gym.envs.presentation import example_for, examples_for
 from orsd_gym.rollout.trajectory import Trajectory, TurnSpan
@@ -116,16 +117,60 @@ def test_shape_advantages_hand_values():
     torch.testing.assert_close(out, torch.tensor([0.0, 1.05, 0.9, 1.1, 0.0]))
 
 
-def test_shape_advantages_centering_and_no_gradient():
+def test_centring_and_shaping_take_no_gradient():
     adv = torch.zeros(4)
     delta = torch.tensor([0.0, 0.3, 0.1, 0.2], requires_grad=True)
     mask = torch.tensor([0, 1, 1, 1])
-    out = shape_advantages(adv, delta, mask, beta=1.0, clip=5.0, center=True)
+    centred = centre_delta(delta, mask)
+    torch.testing.assert_close(centred, torch.tensor([0.0, 0.1, -0.1, 0.0]))
+    out = shape_advantages(adv, centred, mask, beta=1.0, clip=5.0)
     torch.testing.assert_close(out, torch.tensor([0.0, 0.1, -0.1, 0.0]))
-    assert not out.requires_grad
+    assert not centred.requires_grad and not out.requires_grad
     # all-masked and zero-delta inputs are NaN-free identities
-    assert torch.equal(shape_advantages(adv, delta.detach(), torch.zeros(4), 1.0, 1.0, center=True), adv)
-    assert torch.equal(shape_advantages(adv + 0.5, torch.zeros(4), mask, 1.0, 1.0, center=True), adv + 0.5)
+    assert torch.equal(centre_delta(delta.detach(), torch.zeros(4)), torch.zeros(4))
+    assert torch.equal(shape_advantages(adv + 0.5, centre_delta(torch.zeros(4), mask), mask, 1.0, 1.0), adv + 0.5)
+
+
+def test_a_centred_bounded_correction_sits_at_its_documented_scale(policy, monkeypatch, tmp_path):
+    """A rubric that shifts every token's log-likelihood by -0.3 (plus a little): centred, the
+    normalised correction's mean size over the group's tokens is beta times the group's mean
+    |advantage|, as documented; measuring the scale before centring left it ~30x below."""
+    from algos_helpers import make_group
+
+    from orsd_gym.algos.base import make_algorithm
+    from orsd_gym.algos.orsd import algorithm as orsd_module
+
+    def shifted(policy, trajectories, rubrics, **settings):
+        wiggle = [0.01 * torch.cos(torch.arange(len(t.token_ids), dtype=torch.float32)) for t in trajectories]
+        return [(w - 0.3) * torch.tensor(t.loss_mask, dtype=torch.float32) for w, t in zip(wiggle, trajectories)]
+
+    monkeypatch.setattr(orsd_module, "replay_deltas", shifted)
+    path = tmp_path / "rubric.yaml"
+    path.write_text("'*': [[Reads the task first]]\n")
+    group = make_group(policy, successes=[True, False, False, True], group_id=0, task_id=0, seed=3)
+    beta = 0.05
+    settings = {"rubric_source": "file", "rubric_file": str(path), "min_corr": -1.0, "beta": beta}
+    orsd = make_algorithm("orsd", {**settings, "center_delta": True, "delta_scale": "bounded"}, verifier=policy)
+    batch = orsd.prepare(group, policy, iteration=0, rng=np.random.default_rng(0))
+    assert batch.audit[0]["selected"] == 0
+    sampled = [torch.tensor(t.loss_mask, dtype=torch.bool) for t in group]
+    corrections = torch.cat([c[m] for c, m in zip(batch.token_extras["orsd_correction"], sampled)])
+    typical_advantage = np.mean([float(a.abs().max()) for a in batch.outcome_advantages])
+    assert float(corrections.abs().mean()) == pytest.approx(beta * typical_advantage, rel=1e-4)
+    assert batch.metrics["orsd/correction_capped_frac"] == 0.0  # the cap never binds at this beta
+
+
+def test_the_capped_share_counts_only_tokens_the_outcome_gives_a_signal():
+    """A token with A = 0 has cap 0 and correction 0 by construction: the bound did not bind there."""
+    from orsd_gym.algos.base import PreparedBatch
+    from orsd_gym.algos.orsd import ORSDConfig
+    from orsd_gym.algos.orsd.records import capped_frac
+
+    outcome = [torch.tensor([1.0, 1.0, 0.0, 0.0])]
+    delta = [torch.tensor([2.0, 0.01, 2.0, 0.5])]
+    correction = shape_advantages(outcome[0], delta[0], torch.ones(4), beta=1.0, clip=1.0, bound=0.5) - outcome[0]
+    batch = PreparedBatch([None], [0.0], [outcome[0] + correction], [torch.zeros(4)], outcome_advantages=outcome)
+    assert capped_frac(batch, delta, [correction], ORSDConfig(correction_bound=0.5)) == 0.5  # 1 of 2, not 3 of 4
 
 
 def test_bounded_correction_hand_values():
@@ -159,7 +204,9 @@ def test_bounded_correction_never_flips_or_outweighs_an_outcome_advantage(tokens
     adv = torch.tensor([a for a, _, _ in tokens], dtype=torch.float64)
     delta = torch.tensor([d for _, d, _ in tokens], dtype=torch.float64)
     mask = torch.tensor([int(m) for _, _, m in tokens])
-    out = shape_advantages(adv, delta, mask, beta=beta, clip=10.0, center=center, scale=3.0, bound=bound)
+    if center:
+        delta = centre_delta(delta, mask)
+    out = shape_advantages(adv, delta, mask, beta=beta, clip=10.0, scale=3.0, bound=bound)
     nonzero = adv != 0
     assert torch.all(torch.sign(out[nonzero]) == torch.sign(adv[nonzero]))
     assert torch.all((out - adv).abs() <= bound * adv.abs() + 1e-9)

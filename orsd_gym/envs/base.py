@@ -49,7 +49,8 @@ EXPERT_ACTIONS = "expert_actions"
 
 #: Info key every `TextEnv` step sets: True when the action repeats the previous step's action
 #: (surrounding whitespace aside) and the observation is unchanged by it, so the step could not
-#: have made progress (a reward may penalise it: `RewardConfig.no_progress_penalty`).
+#: have made progress (a reward may penalise it: `RewardConfig.no_progress_penalty`); False on a
+#: step the env does not play (after the episode ended, a non-text action).
 NO_PROGRESS = "no_progress"
 
 
@@ -198,7 +199,7 @@ class TextEnv(DefaultPresentation, gym.Env[str, str], ABC):
                 0.0,
                 True,
                 False,
-                self._info({"feedback": self.finished_feedback}, is_valid_action=False),
+                self._info({"feedback": self.finished_feedback, NO_PROGRESS: False}, is_valid_action=False),
             )
         if not isinstance(action, str):
             return (
@@ -206,7 +207,7 @@ class TextEnv(DefaultPresentation, gym.Env[str, str], ABC):
                 0.0,
                 False,
                 False,
-                self._info({"feedback": self.non_text_action_feedback}, is_valid_action=False),
+                self._info({"feedback": self.non_text_action_feedback, NO_PROGRESS: False}, is_valid_action=False),
             )
         action = action[:MAX_ACTION_CHARS]
         try:

@@ -14,7 +14,10 @@ from orsd_gym.envs import UnicodeText
 REQUIRED_INFO_KEYS = ("task", "task_id", "won", "is_valid_action", "admissible_actions")
 
 
-def assert_info_contract(info: dict) -> None:
+def assert_info_contract(info: dict, *, step: bool = False) -> None:
+    """The keys every info carries (``step``: a step's info, which also says ``no_progress``)."""
+    if step:
+        assert isinstance(info.get("no_progress"), bool), f"a step's info lacks no_progress: {sorted(info)}"
     for key in REQUIRED_INFO_KEYS:
         assert key in info, f"info lacks {key!r}: {sorted(info)}"
     assert isinstance(info["task"], str) and info["task"]
@@ -80,7 +83,7 @@ def fuzz_invalid_actions_are_noops(env: gym.Env, *, seed: int = 0, max_examples:
             return
         obs, reward, terminated, truncated, info = env.step(action)
         assert isinstance(obs, str) and env.observation_space.contains(obs)
-        assert_info_contract(info)
+        assert_info_contract(info, step=True)
         if not isinstance(action, str):
             assert not info["is_valid_action"]
         if not info["is_valid_action"]:

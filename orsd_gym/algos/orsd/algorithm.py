@@ -43,7 +43,7 @@ from orsd_gym.algos.orsd.rubrics import (
     DEFAULT_PROPOSAL_TEMPLATE,
     format_rubric,
 )
-from orsd_gym.algos.orsd.shaping import group_delta_scale, shape_advantages
+from orsd_gym.algos.orsd.shaping import centre_delta, group_delta_scale, shape_advantages
 from orsd_gym.algos.orsd.sources import (
     ExpertRubrics,
     FileRubrics,
@@ -114,7 +114,8 @@ class ORSDConfig(GRPOConfig):
     beta: float = 0.1
     #: Each token's delta is clipped to [-delta_clip, delta_clip] nats before it is scaled.
     delta_clip: float = 1.0
-    #: Subtract each trajectory's mean delta (removes a rubric's uniform shift of every token).
+    #: Subtract each trajectory's mean delta (removes a rubric's uniform shift of every token;
+    #: the ``normalized`` scale is then measured on the centred delta).
     center_delta: bool = False
     #: Where delta's "without rubric" log-probs come from: "rollout" (the batch's old log-probs,
     #: PPO's: no extra pass) or "rescore" (a separate scoring pass of the original sequences).
@@ -126,9 +127,10 @@ class ORSDConfig(GRPOConfig):
     #: is larger: the delta sits on the uncertain tokens, where log-prob gradients are largest
     #: (benchmarks/README.md, the beta study: keep beta small with "normalized").
     #: "bounded": "normalized", then each token's correction capped at ``correction_bound`` times
-    #: its outcome advantage (`orsd_gym.algos.orsd.shaping`), so the correction can move credit
-    #: between tokens but never outweigh or reverse the outcome: its gradient share is bounded
-    #: whatever beta. Use it where the outcome signal must lead.
+    #: its outcome advantage (`orsd_gym.algos.orsd.shaping`), so on every token the correction can
+    #: move credit but never outweigh or reverse the outcome's push. That bounds it per token, not
+    #: its share of the gradient: where attempts share tokens the outcome's terms cancel and the
+    #: correction's can add up.
     delta_scale: Literal["raw", "normalized", "bounded"] = "raw"
     #: With delta_scale "bounded": each token's correction is at most this fraction of its |advantage|, in [0,
     #: 1).
@@ -216,6 +218,9 @@ class ORSD(GRPO):
         def timed(name: str):
             return _timed(times, name)
 
+        # Drawn before anything consumes rng: worker 0 then draws what a single process draws,
+        # whatever its share of the batch's mixed groups (every worker lends with worker 0's).
+        lending_seed = int(rng.integers(2**63 - 1)) if cfg.rubric_source == "shuffled" else 0
         with timed("total"):
             with timed("grpo"):
                 batch, groups, active = self._groups(trajectories, policy)
@@ -228,7 +233,7 @@ class ORSD(GRPO):
                 for group in active:
                     select(group, cfg, rng)
                 if cfg.rubric_source == "shuffled":
-                    self.lending.lend(groups, active, trajs, rng, peers)
+                    self.lending.lend(groups, active, trajs, lending_seed, peers)
                     verify(self._verifier_for(policy), [g for g in active if g.bundles], trajs, cfg)
                     for group in active:
                         select(group, cfg, rng)
@@ -299,19 +304,22 @@ class ORSD(GRPO):
         return deltas
 
     def _shape(self, groups: list[GroupWork], deltas: list[torch.Tensor], batch: PreparedBatch) -> list[torch.Tensor]:
-        """Add each token's correction to the batch's advantages; returns the corrections."""
+        """Add each token's correction to the batch's advantages; returns the corrections.
+        With ``center_delta`` each delta is centred first, and the group's scale is measured on
+        what is applied."""
         cfg = self.config
+        masks = [torch.as_tensor(t.loss_mask, dtype=torch.float32) for t in batch.trajectories]
+        if cfg.center_delta:
+            deltas = [centre_delta(d, m) for d, m in zip(deltas, masks, strict=True)]
         scales = self._delta_scales(groups, deltas, batch.trajectories, batch)
         corrections = []
-        for i, trajectory in enumerate(batch.trajectories):
-            mask = torch.as_tensor(trajectory.loss_mask, dtype=torch.float32)
+        for i, mask in enumerate(masks):
             shaped = shape_advantages(
                 batch.advantages[i],
                 deltas[i],
                 mask,
                 cfg.beta,
                 cfg.delta_clip,
-                center=cfg.center_delta,
                 scale=scales.get(i, 1.0),
                 bound=cfg.correction_bound if cfg.delta_scale == "bounded" else None,
             )

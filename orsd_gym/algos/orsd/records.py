@@ -107,11 +107,13 @@ def batch_metrics(
 def capped_frac(
     batch: PreparedBatch, deltas: list[torch.Tensor], corrections: list[torch.Tensor], cfg: ORSDConfig
 ) -> float:
-    """Share of the corrected tokens (non-zero delta) whose correction the bound capped."""
+    """Share of the corrected tokens whose correction the bound capped. A corrected token has a
+    delta and an outcome advantage: where the outcome gives no signal (A = 0) the cap is 0 and
+    the correction 0 by construction, which is not the bound binding."""
     capped = total = 0
     for i, correction in enumerate(corrections):
         outcome = batch.outcome_advantages[i]
-        touched = deltas[i] != 0
+        touched = (deltas[i] != 0) & (outcome != 0)
         capped += int((touched & (correction.abs() >= cfg.correction_bound * outcome.abs() - 1e-12)).sum())
         total += int(touched.sum())
     return capped / total if total else 0.0

@@ -1,17 +1,25 @@
 """Adding the scaled, clipped privileged log-likelihood ratio to the GRPO advantage.
 
 The bounded correction (``bound`` = c in [0, 1)): each token's correction is capped at c times
-that token's outcome advantage, |beta * scale * clip(delta_t)| <= c * |A_t|. Then
+that token's outcome advantage, |beta * scale * clip(delta_t)| <= c * |A_t|. What that
+guarantees is per token:
 
 * A_t + correction_t has the sign of A_t and a size in [(1 - c)|A_t|, (1 + c)|A_t|]: the
   correction can shift credit between the tokens of a response, never reverse the outcome's
   push on a token, and adds nothing where the outcome gives no signal (A_t = 0);
-* in the policy-gradient loss the correction's term on a token is at most c times the
-  outcome's term on the same token, so its gradient is bounded by c times the outcome's summed
-  per-token gradient magnitudes, whatever beta: the outcome sets the direction of the step.
+* at ratio 1 the correction's gradient is at most c times the *sum of the magnitudes* of the
+  outcome's per-token terms, sum_t c |A_t| |grad log p_t|.
 
-Unbounded (``raw`` / ``normalized``) the correction is free to outgrow the outcome, which at
-135M it did (its gradient 1.3-4.2x GRPO's at beta 0.05 normalised).
+What it does not guarantee is a bound on the correction's share of the *gradient*. The outcome's
+per-token terms cancel wherever attempts with opposite advantages share tokens (the same prompt
+continuation in a success and a failure), while the correction's terms need not cancel: in a
+group of two successes and two failures that share all but their last token, the correction's
+gradient norm can be several times the outcome's. Nor does the bound make ORSD inert on groups
+whose rewards are all equal: that comes from ORSD giving such groups no rubric (A_t = 0 there
+too, so the cap is 0 either way).
+
+Unbounded (``raw`` / ``normalized``) the correction is free to outgrow the outcome token by
+token as well, which at 135M it did (its gradient 1.3-4.2x GRPO's at beta 0.05 normalised).
 """
 
 from __future__ import annotations
@@ -26,18 +34,14 @@ def shape_advantages(
     beta: float,
     clip: float,
     *,
-    center: bool = False,
     scale: float = 1.0,
     bound: float | None = None,
 ) -> torch.Tensor:
     """``adv + beta * scale * clip(delta, -clip, clip)`` on mask-1 tokens; mask-0 tokens keep ``adv``.
 
     ``bound`` (c in [0, 1)) caps each token's correction at ``c * |adv|`` (see the module docstring).
-
-    With ``center`` the delta is first mean-centred over the response's mask-1 tokens, so the
-    correction only redistributes credit between tokens (its sum is 0 before clipping).
-    ``scale`` is the group's normalisation (`group_delta_scale`; 1 leaves delta in nats). No
-    gradient flows through ``delta``.
+    ``scale`` is the group's normalisation (`group_delta_scale`; 1 leaves delta in nats), computed
+    from the delta given here (a centred one: `centre_delta`). No gradient flows through ``delta``.
     """
     if not (adv.shape == delta.shape == mask.shape):
         raise ValueError(f"adv, delta and mask must have one shape, got {adv.shape}, {delta.shape}, {mask.shape}")
@@ -46,18 +50,32 @@ def shape_advantages(
     if bound is not None and not 0.0 <= bound < 1.0:
         raise ValueError(f"the correction bound is a fraction of |advantage| in [0, 1), got {bound}")
     m = mask.to(adv.dtype)
-    d = torch.where(m > 0, delta.detach().to(adv.dtype), torch.zeros_like(adv))
-    if not torch.isfinite(d).all():
-        raise ValueError("delta has NaN or inf on mask-1 tokens; the replay log-probs are broken")
-    if center:
-        count = m.sum()
-        if count > 0:
-            d = (d - d.sum() / count) * m
+    d = _on_mask(delta.to(adv.dtype), m)
     correction = beta * scale * torch.clamp(d, -clip, clip) * m
     if bound is not None:
         cap = bound * adv.abs()
         correction = torch.maximum(torch.minimum(correction, cap), -cap)
     return adv + correction
+
+
+def centre_delta(delta: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``delta`` minus its mean over the response's mask-1 tokens (0 on mask-0 tokens): a
+    rubric's uniform shift of every token removed, so the correction only moves credit between
+    tokens (its sum is 0 before clipping). Centre before `group_delta_scale` measures the group:
+    a scale measured on the uncentred delta would shrink a centred correction far below its
+    documented size wherever the shift dominates."""
+    m = mask.to(delta.dtype)
+    d = _on_mask(delta, m)
+    count = m.sum()
+    return (d - d.sum() / count) * m if count > 0 else d
+
+
+def _on_mask(delta: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``delta`` (detached) on mask-1 tokens, 0 elsewhere; refuses NaN or inf on mask-1 tokens."""
+    d = torch.where(mask > 0, delta.detach(), torch.zeros_like(delta))
+    if not torch.isfinite(d).all():
+        raise ValueError("delta has NaN or inf on mask-1 tokens; the replay log-probs are broken")
+    return d
 
 
 def group_delta_scale(advantages: list[float], clipped_abs_deltas: torch.Tensor) -> float:

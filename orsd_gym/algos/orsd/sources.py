@@ -143,21 +143,22 @@ class Lending:
         groups: list[GroupWork],
         active: list[GroupWork],
         trajs: list[Trajectory],
-        rng: np.random.Generator,
+        seed: int,
         peers: Peers,
     ) -> None:
         """Replace each mixed group's bundles with one other task's (to be verified and applied).
 
         The pool first learns the rubric of every task of the batch, the other workers' groups
         included (expert bundles: every group's, mixed or not; the policy's: each selected one),
-        in group order; each group then borrows with a generator of its own, drawn from a seed
-        worker 0 draws, so N workers lend exactly what one process lends."""
+        in group order; each group then borrows with a generator of its own, made from worker
+        0's ``seed`` and the group's id, so N workers lend exactly what one process lends (given
+        a ``seed`` that does not depend on the worker's share of the batch)."""
         if self.from_policy:
             found = [(g.task_key, g.bundles[g.selected]) for g in groups if g.selected is not None]
         else:
             plans = [(g.task_key, expert_bundle_for(trajs[g.attempts[0]], self.max_criteria)) for g in groups]
             found = [(key, bundle) for key, bundle in plans if bundle]
-        shares = peers.all_gather((found, int(rng.integers(2**63 - 1))))
+        shares = peers.all_gather((found, seed))
         for share, _ in shares:
             for key, bundle in share:
                 self.pool.remember(key, bundle)
