@@ -4,20 +4,63 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import shutil
+import statistics
+from pathlib import Path
 
+import numpy as np
 import pytest
 
+from orsd_gym.experiments.chain import link_verdict
 from orsd_gym.experiments.compare import RunResult
-from orsd_gym.experiments.report import effect_statement, link_verdict, print_summary, summarise, write_report
+from orsd_gym.experiments.power import minimum_detectable_difference
+from orsd_gym.experiments.report import effect_statement, print_summary, rewrite_report, summarise, write_report
 from orsd_gym.train.config import Config
-from orsd_gym.train.stats import mean_ci
+from orsd_gym.train.stats import mean_ci, t_quantile
+
+#: Student t quantiles as tables print them (3 decimals): t(0.975, df), t(0.80, df).
+T975 = {1: 12.706, 2: 4.303, 30: 2.042, 95: 1.985, 1000: 1.962}
+T80 = {2: 1.061, 5: 0.920, 30: 0.854}
+RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+
+
+def t_two_df(p):
+    """The exact t quantile at 2 degrees of freedom, which has a closed form."""
+    return (2 * p - 1) / math.sqrt(2 * p * (1 - p))
+
+
+def test_t_quantiles_are_exact_at_every_df():
+    for df, value in T975.items():
+        assert t_quantile(0.975, df) == pytest.approx(value, abs=5e-4)
+    for df, value in T80.items():
+        assert t_quantile(0.80, df) == pytest.approx(value, abs=5e-4)
+    # Closed forms at 1 and 2 degrees of freedom; symmetry; the normal quantile in the limit.
+    assert t_quantile(0.975, 1) == pytest.approx(math.tan(math.pi * 0.475), rel=1e-10)
+    assert t_quantile(0.9, 2) == pytest.approx(t_two_df(0.9), rel=1e-10)
+    assert t_quantile(0.025, 7) == pytest.approx(-t_quantile(0.975, 7), rel=1e-12)
+    assert t_quantile(0.975, 1e7) == pytest.approx(1.959964, abs=1e-6)
+
+
+def test_interval_uses_the_exact_t_quantile_above_30_degrees_of_freedom():
+    values = [float(i % 2) for i in range(96)]  # 96 tasks won or lost: df 95
+    sd = float(np.std(values, ddof=1))
+    assert mean_ci(values).half_width == pytest.approx(1.985 * sd / math.sqrt(96), rel=2e-4)
+
+
+def test_minimum_detectable_difference_is_the_paired_t_formula():
+    # (t(0.975, 2) + t(0.80, 2)) x sd / sqrt(3) = (4.303 + 1.061) x 0.087 / sqrt(3)
+    assert minimum_detectable_difference(0.087, 3) == pytest.approx(5.364 * 0.087 / math.sqrt(3), abs=1e-4)
+    assert minimum_detectable_difference(0.1, 6) == pytest.approx((2.571 + 0.920) * 0.1 / math.sqrt(6), abs=1e-4)
+    assert math.isnan(minimum_detectable_difference(0.1, 1))  # one seed: no spread to scale by
+    assert math.isnan(minimum_detectable_difference(0.0, 3))
 
 
 def test_mean_ci_matches_hand_computation():
     est = mean_ci([0.2, 0.4, 0.6])
-    # mean 0.4, sd 0.2, t(2) = 4.303 -> half width 4.303 * 0.2 / sqrt(3)
+    # mean 0.4, sd 0.2, t(0.975, 2) = 4.302653 -> half width 4.302653 * 0.2 / sqrt(3)
     assert est.mean == pytest.approx(0.4)
-    assert est.half_width == pytest.approx(4.303 * 0.2 / math.sqrt(3))
+    assert est.half_width == pytest.approx(t_two_df(0.975) * 0.2 / math.sqrt(3))
     single = mean_ci([0.5])
     assert single.n == 1 and math.isnan(single.half_width)
     assert math.isnan(mean_ci([]).mean)
@@ -203,12 +246,99 @@ def test_each_algorithm_gain_over_its_start_is_paired_by_run(tmp_path):
     summary = summarise(results)
     grpo = summary["table"]["grpo"]
     assert grpo["gain_score_diffs"] == pytest.approx([0.2, 0.1, 0.15])
-    # mean 0.15, sd 0.05, t(2) = 4.303 -> half width 0.124: above zero.
+    # mean 0.15, sd 0.05, t(0.975, 2) = 4.302653 -> half width 0.124: above zero.
     assert grpo["gain_score"]["mean"] == pytest.approx(0.15)
-    assert grpo["gain_score"]["ci95"] == pytest.approx(4.303 * 0.05 / math.sqrt(3))
+    assert grpo["gain_score"]["ci95"] == pytest.approx(t_two_df(0.975) * 0.05 / math.sqrt(3))
     assert summary["table"]["random"]["gain_score"]["n"] == 0
     text = write_report(tmp_path, Config(), results).read_text()
     section = text.split("## Gain over the start")[1].split("##")[0]
     assert "- grpo: score 0.150 [0.026, 0.274]" in section and "it learned" in section
     assert "random" not in section
     assert "| start score |" in text
+
+
+def test_identical_seeds_are_read_against_what_the_design_could_detect(tmp_path):
+    # Both arms end equal on every seed, and GRPO's final success varies across seeds.
+    finals = {0: 0.2, 1: 0.5, 2: 0.8}
+    results = [_run(a, seed, [0.0, x], tmp_path) for seed, x in finals.items() for a in ("grpo", "orsd")]
+    summary = summarise(results)
+    statement = effect_statement(summary)[0]
+    assert "identical final success on every one of 3 seeds" in statement
+    assert "no measurable effect" not in statement and "no effect" not in statement
+    # The paired differences do not vary: the MDD comes from GRPO's final sd (0.3), as stated:
+    # (4.303 + 1.061) x 0.3 / sqrt(3) = 0.929, below the headroom 1 - 0 above the start.
+    power = summary["paired"]["orsd - grpo"]["final_success_power"]
+    assert power["mdd"] == pytest.approx(5.364 * 0.3 / math.sqrt(3), abs=1e-3)
+    assert power["sd_from"] == "grpo's final success across seeds" and power["headroom"] == pytest.approx(1.0)
+    assert "from the sd of grpo's final success across seeds (0.300) this design detects a difference of 0.929" in (
+        statement
+    )
+    assert "could not have detected" not in statement
+    # One seed: nothing to compute an MDD from, and the report says so.
+    single = effect_statement(summarise([_run(a, 0, [0.5, 0.5], tmp_path) for a in ("grpo", "orsd")]))[0]
+    assert "not computable with 1 seed" in single and "no measurable effect" not in single
+
+
+def _recorded_comparison(study, tmp_path):
+    """A committed comparison's results.json and the record of its settings, copied to ``tmp_path``."""
+    source = RESULTS / study
+    recorded = json.loads((source / "results.json").read_text())
+    shutil.copy(source / "results.json", tmp_path / "results.json")
+    if (source / "compare_config.yaml").exists():
+        shutil.copy(source / "compare_config.yaml", tmp_path / "compare_config.yaml")
+    else:  # reported by `report_finished`: the baseline's first run holds the settings
+        first = next(r for r in recorded["runs"].values() if r["algo"] == recorded["algos"][0])
+        run = Path(first["run_dir"]).name
+        (tmp_path / "runs" / run).mkdir(parents=True)
+        shutil.copy(source / "runs" / run / "config.yaml", tmp_path / "runs" / run / "config.yaml")
+    return recorded
+
+
+def _hand_power(recorded, diffs, label):
+    """The MDD and headroom of a 3-seed paired difference by hand: tabulated t quantiles, the sd
+    of the paired differences, else of the baseline's final value across seeds (None: neither varies)."""
+    baseline = [r["curve"] for r in recorded["runs"].values() if r["algo"] == recorded["algos"][0]]
+    key = {"success": "eval/success_rate", "score": "eval/mean_return"}[label]
+    sd = statistics.stdev(diffs) or statistics.stdev(curve[-1][key] for curve in baseline)
+    mdd = (T975[2] + T80[2]) * sd / math.sqrt(3) if sd else None
+    return mdd, 1 - statistics.mean(curve[0][key] for curve in baseline)
+
+
+@pytest.mark.parametrize(
+    ("study", "expected"),
+    [
+        # orsd:expert - grpo: per seed +0.042, 0, -0.125 (sd 0.087); the start leaves 0.097.
+        ("orsd_study_v2", "orsd:expert - grpo: final success -0.028 [-0.243, 0.188] (MDD 0.269 exceeds the headroom"),
+        ("webshop_cpu", "random - grpo: final success -0.031 [-0.031, -0.031] (MDD not computable: nothing varies"),
+    ],
+)
+def test_every_difference_of_a_recorded_comparison_states_its_power(study, expected, tmp_path):
+    recorded = _recorded_comparison(study, tmp_path)
+    text = rewrite_report(tmp_path).read_text()
+    assert expected in text
+    assert "no measurable effect" not in text and "no effect" not in text
+    written = json.loads((tmp_path / "results.json").read_text())
+    section = text.split("## Paired differences")[1].split("\n## ")[0]
+    lines = [line for line in section.splitlines() if line.startswith("- ")]
+    assert len(lines) == len(recorded["paired"]) > 0
+    for line, (name, entry) in zip(lines, recorded["paired"].items()):
+        assert line.startswith(f"- {name}: ") and line.count("MDD") == 2
+        for label in ("success", "score"):
+            assert len(entry[f"final_{label}_diffs"]) == 3
+            mdd, headroom = _hand_power(recorded, entry[f"final_{label}_diffs"], label)
+            # The cell's tag: "MDD 0.269 exceeds the headroom 0.097", "MDD 0.074, headroom 0.097", ...
+            tag = re.search(rf"final {label} [^(]*\(MDD (.*?)\)(, final|; per seed)", line).group(1)
+            power = written["paired"][name][f"final_{label}_power"]
+            assert float(re.search(r"headroom ([0-9.]+)$", tag).group(1)) == pytest.approx(headroom, abs=6e-4)
+            assert power["headroom"] == pytest.approx(headroom)
+            if mdd is None:
+                assert tag.startswith("not computable") and power["mdd"] is None
+            else:
+                assert float(re.match(r"[0-9.]+", tag).group()) == pytest.approx(mdd, abs=1.5e-3)
+                assert power["mdd"] == pytest.approx(mdd, abs=1e-3)
+    effects = text.split("## How big is the effect?")[1].split("\n## ")[0]
+    statements = [line for line in effects.splitlines() if line.startswith("- ")]
+    assert len(statements) == len(lines)
+    assert all("this design detects a difference of" in s or "not computable" in s for s in statements)
+    gains = text.split("## Gain over the start")[1].split("\n## ")[0]
+    assert all(line.count("(MDD ") == 2 for line in gains.splitlines() if line.startswith("- "))

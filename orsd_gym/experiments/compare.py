@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, get_args
 
-import yaml
 from rich.console import Console
 
 from orsd_gym import configio

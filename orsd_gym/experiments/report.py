@@ -4,7 +4,9 @@ Per algorithm: final and best held-out success rate and score (mean over the eva
 mean +- 95% confidence interval across seeds (Student t), paired differences against the
 first algorithm (same seed = same initial weights, tasks and evaluation set, so pairing
 removes the seed-to-seed variation both runs share), and each algorithm's gain over its own
-start (final minus first evaluation of the same run, on the same tasks).
+start (final minus first evaluation of the same run, on the same tasks); beside every
+difference, the smallest one the design could detect and the headroom below the ceiling
+(`orsd_gym.experiments.power`).
 """
 
 from __future__ import annotations
@@ -15,9 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import yaml
 
 from orsd_gym import jsonio
+from orsd_gym.experiments.chain import CHAIN, chain_lines
+from orsd_gym.experiments.learning_signal import signal_lines
 from orsd_gym.experiments.plots import METRIC_RANGES, coinciding_arms, plot_curves
+from orsd_gym.experiments.power import MDD_LEGEND, add_power, detectable_sentence, power_tag
 from orsd_gym.train.stats import Estimate, mean_ci, number_or_nan
 
 #: Below this many seeds an interval is reported but called too wide to separate arms.
@@ -94,7 +100,8 @@ def summarise(results: list[Any]) -> dict[str, Any]:
             entry[f"final_{label}_diff"] = mean_ci(diffs, _difference_bounds(label)).as_dict()
             entry[f"final_{label}_diffs"] = diffs
         paired[f"{algo} - {baseline}"] = entry
-    return {"algos": algos, "table": table, "paired": paired, "runs": per_run, "tasks": task_summary(results)}
+    summary = {"algos": algos, "table": table, "paired": paired, "runs": per_run, "tasks": task_summary(results)}
+    return add_power(summary, RANGES)
 
 
 def task_summary(results: list[Any]) -> dict[str, Any]:
@@ -119,119 +126,9 @@ def task_summary(results: list[Any]) -> dict[str, Any]:
     }
 
 
-#: Per-run measures of ORSD's three links (`chain_lines`): key in results.json -> (where, metric).
-CHAIN = {
-    "teacher_gain": ("evals", "teacher/gain"),
-    "teacher_gain_vs_other": ("evals", "teacher/gain_vs_other"),
-    "train_teacher_gain": ("metrics", "teacher/train_gain"),
-    "correction_ratio": ("metrics", "grad_share/correction_ratio"),
-    "correction_cosine": ("metrics", "grad_share/cosine"),
-    "correction_capped_frac": ("metrics", "orsd/correction_capped_frac"),
-}
-
-
 def _chain_measures(result: Any) -> dict[str, float | None]:
     """The run's mean of each `CHAIN` measure over its evaluations or iterations (None: not measured)."""
     return {name: _mean_metric(getattr(result, where), key) for name, (where, key) in CHAIN.items()}
-
-
-#: ORSD's three links (`chain_lines`): a short name, what must hold, the per-run measure, its
-#: threshold and side, and whether it concerns only runs with a correction (the teacher test
-#: concerns any policy).
-LINKS = (
-    (
-        "teacher",
-        "the teacher (the policy with the expert's rubric in context) beats the student",
-        "teacher_gain",
-        0.0,
-        ">",
-        False,
-    ),
-    (
-        "alignment",
-        "the correction points at the expert's decisions (credit alignment)",
-        "credit_alignment",
-        0.0,
-        ">",
-        True,
-    ),
-    ("share", "the correction's gradient stays below the outcome's", "correction_ratio", 1.0, "<", True),
-)
-
-
-def chain_lines(summary: dict[str, Any]) -> list[str]:
-    """Report lines on ORSD's chain: per run the teacher gain (does the policy play better with
-    the rubric in context?), credit alignment (does the correction point at the decisions?) and
-    the correction's gradient share (does it leave the outcome in charge?); then, per arm, which
-    links hold, fail or are not resolved (`link_verdict`)."""
-    runs = summary["runs"]
-    measured = [n for n, r in runs.items() if any(r.get(k) is not None for k in (*CHAIN, "credit_alignment"))]
-    if not measured:
-        return []
-
-    def cell(value: float | None, fmt: str = "+.3f") -> str:
-        return "n/a" if value is None else format(value, fmt)
-
-    lines = [
-        "",
-        "## Does the method's chain hold? (per run, means over evaluations or iterations)",
-        "",
-        "| run | teacher gain | vs other rubric | teacher gain (training) | credit alignment "
-        "| correction / outcome gradient | cosine | capped |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for name in measured:
-        r = runs[name]
-        lines.append(
-            f"| {name} | {cell(r['teacher_gain'])} | {cell(r['teacher_gain_vs_other'])} | "
-            f"{cell(r['train_teacher_gain'])} | {cell(r['credit_alignment'], '+.4f')} | "
-            f"{cell(r['correction_ratio'], '.2f')} | {cell(r['correction_cosine'], '+.2f')} | "
-            f"{cell(r['correction_capped_frac'], '.2f')} |"
-        )
-    lines += [
-        "",
-        "Per arm, across its seeds (one run per seed, so the runs are independent): a link holds when "
-        "the 95% interval lies on its side of the threshold, fails when it lies on the other side, and "
-        "is not resolved when it contains the threshold. Links: *teacher* (the policy plays better with "
-        "the expert's rubric in context than without), *alignment* (the correction points at the expert's "
-        "decisions), *share* (the correction's gradient stays below the outcome's).",
-        "",
-    ]
-    arms = list(dict.fromkeys(runs[n]["algo"] for n in measured))
-    for arm in arms:
-        arm_runs = [runs[n] for n in measured if runs[n]["algo"] == arm]
-        corrected = any(r.get("orsd_rubric_frac") is not None for r in arm_runs)
-        verdicts = {"holds": [], "fails": [], "not resolved": [], "not measured": []}
-        details = []
-        for short, text, key, threshold, side, needs_correction in LINKS:
-            if needs_correction and not corrected:
-                continue  # e.g. GRPO: no correction to align or to weigh
-            estimate = mean_ci([r[key] for r in arm_runs if r.get(key) is not None])
-            verdict = link_verdict(estimate, threshold, side)
-            verdicts["not resolved" if verdict.startswith("one seed") else verdict].append(short)
-            if estimate.n == 1:
-                details.append(f"{text}: {verdict} ({estimate.mean:+.3f}; needs {side} {threshold:g})")
-            elif estimate.n:
-                details.append(f"{text}: {verdict} ({estimate} over {estimate.n} seeds; needs {side} {threshold:g})")
-        named = "; ".join(f"{v}: {', '.join(t)}" for v, t in verdicts.items() if t)
-        lines.append(f"- **{arm}**: {named}.")
-        lines += [f"    - {d}." for d in details]
-    return lines
-
-
-def link_verdict(estimate: Estimate, threshold: float, side: str) -> str:
-    """``holds`` / ``fails`` when the estimate's 95% interval lies wholly on the needed / the
-    other side of ``threshold``, ``not resolved`` when it contains it."""
-    if estimate.n == 0:
-        return "not measured"
-    if estimate.n < 2:
-        return "one seed: no interval"
-    above, below = estimate.low > threshold, estimate.high < threshold
-    if (above and side == ">") or (below and side == "<"):
-        return "holds"
-    if above or below:
-        return "fails"
-    return "not resolved"
 
 
 def _mean_metric(metrics: list[dict], key: str) -> float | None:
@@ -245,69 +142,65 @@ def _mixed_group_frac(metrics: list[dict]) -> float | None:
 
 
 def effect_statement(summary: dict[str, Any]) -> list[str]:
-    """Plain-language reading of each paired difference against seed noise."""
+    """Plain-language reading of each paired final-success difference against seed noise, and
+    what size of difference the design could have detected (`detectable_sentence`)."""
     lines = []
     baseline = summary["algos"][0]
+    noise_text = _seed_noise_text(summary["table"][baseline], baseline)
     for name, entry in summary["paired"].items():
-        diff = entry["final_success_diff"]
-        n = diff["n"]
-        if n == 0:
+        if entry["final_success_diff"]["n"] == 0:
             continue
-        row = summary["table"][baseline]
-        # Read back from results.json, a number that does not exist is null.
-        noise = [number_or_nan(row.get(f"{when}_success_seed_sd")) for when in ("start", "final")]
-        noise_text = (
-            f"; seed-to-seed sd of {baseline}'s success: {noise[0]:.3f} at the start, {noise[1]:.3f} at the end"
-            if not any(math.isnan(x) for x in noise)
-            else ""
-        )
-        if n < 2 or math.isnan(number_or_nan(diff["ci95"])):
-            lines.append(
-                f"- {name}: final success differs by {diff['mean']:+.3f} on a single seed; "
-                "one seed cannot separate an effect from seed noise."
-            )
-            continue
-        if all(d == 0 for d in entry["final_success_diffs"]):
-            lines.append(
-                f"- {name}: identical final success on every one of {n} seeds (difference 0){noise_text}: "
-                "no measurable effect at this budget."
-            )
-            continue
-        diffs = entry["final_success_diffs"]
-        if n >= FEW_SEEDS and len(set(diffs)) == 1:
-            # Every seed equal: the interval has no width, which says nothing about task noise.
-            tasks = summary.get("tasks", {}).get("eval_tasks")
-            share = f", {abs(diffs[0]) * tasks:.0f} of {tasks} held-out tasks," if tasks else ""
-            lines.append(
-                f"- {name}: the same final-success difference {diffs[0]:+.3f}{share} on every one of {n} seeds; "
-                "an interval across seeds has no width here and cannot tell it from the noise of so few tasks."
-            )
-            continue
-        estimate = Estimate.from_dict(diff, _difference_bounds("success"))
-        low, high = estimate.low, estimate.high
-        if n < FEW_SEEDS:
-            # Two seeds that happen to agree give a zero-width interval: it proves nothing.
-            same_sign = all(d > 0 for d in entry["final_success_diffs"]) or all(
-                d < 0 for d in entry["final_success_diffs"]
-            )
-            verdict = (
-                f"every seed goes the same way, but {n} seeds are too few for an interval to separate the arms"
-                if same_sign
-                else f"the seeds disagree, and {n} seeds are too few for an interval to separate the arms"
-            )
-        elif low > 0 or high < 0:
-            verdict = "the 95% interval excludes zero: the difference is larger than seed noise"
-        else:
-            verdict = "the 95% interval includes zero: the difference is not distinguishable from seed noise"
-        lines.append(
-            f"- {name}: paired final-success difference {diff['mean']:+.3f} "
-            f"(95% CI [{low:+.3f}, {high:+.3f}], {n} seeds){noise_text}; {verdict}."
-        )
+        reading = _difference_reading(entry, summary.get("tasks", {}).get("eval_tasks"), noise_text)
+        lines.append(f"- {name}: {reading}; {detectable_sentence(entry['final_success_power'], baseline)}.")
     return lines
 
 
+def _seed_noise_text(row: dict[str, Any], baseline: str) -> str:
+    # Read back from results.json, a number that does not exist is null.
+    noise = [number_or_nan(row.get(f"{when}_success_seed_sd")) for when in ("start", "final")]
+    if any(math.isnan(x) for x in noise):
+        return ""
+    return f"; seed-to-seed sd of {baseline}'s success: {noise[0]:.3f} at the start, {noise[1]:.3f} at the end"
+
+
+def _difference_reading(entry: dict[str, Any], eval_tasks: int | None, noise_text: str) -> str:
+    """How a paired final-success difference compares with seed noise (without its power)."""
+    diff, diffs = entry["final_success_diff"], entry["final_success_diffs"]
+    n = diff["n"]
+    if n < 2 or math.isnan(number_or_nan(diff["ci95"])):
+        return (
+            f"final success differs by {diff['mean']:+.3f} on a single seed; "
+            "one seed cannot separate an effect from seed noise"
+        )
+    if all(d == 0 for d in diffs):
+        return f"identical final success on every one of {n} seeds (difference 0){noise_text}"
+    if n >= FEW_SEEDS and len(set(diffs)) == 1:
+        # Every seed equal: the interval has no width, which says nothing about task noise.
+        share = f", {abs(diffs[0]) * eval_tasks:.0f} of {eval_tasks} held-out tasks," if eval_tasks else ""
+        return (
+            f"the same final-success difference {diffs[0]:+.3f}{share} on every one of {n} seeds; "
+            "an interval across seeds has no width here and cannot tell it from the noise of so few tasks"
+        )
+    estimate = Estimate.from_dict(diff, _difference_bounds("success"))
+    low, high = estimate.low, estimate.high
+    if n < FEW_SEEDS:
+        # Two seeds that happen to agree give a zero-width interval: it proves nothing.
+        same_sign = all(d > 0 for d in diffs) or all(d < 0 for d in diffs)
+        agreement = "every seed goes the same way, but" if same_sign else "the seeds disagree, and"
+        verdict = f"{agreement} {n} seeds are too few for an interval to separate the arms"
+    elif low > 0 or high < 0:
+        verdict = "the 95% interval excludes zero: the difference is larger than seed noise"
+    else:
+        verdict = "the 95% interval includes zero: the difference is not distinguishable from seed noise"
+    return (
+        f"paired final-success difference {diff['mean']:+.3f} "
+        f"(95% CI [{low:+.3f}, {high:+.3f}], {n} seeds){noise_text}; {verdict}"
+    )
+
+
 def gain_lines(summary: dict[str, Any]) -> list[str]:
-    """Did each algorithm learn? Its final held-out numbers minus its own start, paired by run."""
+    """Did each algorithm learn? Its final held-out numbers minus its own start, paired by run,
+    each with what gain the design could have detected."""
     lines = []
     for algo in summary["algos"]:
         row = summary["table"][algo]
@@ -324,8 +217,12 @@ def gain_lines(summary: dict[str, Any]) -> list[str]:
         elif score.high < 0:
             verdict = "the 95% interval is below zero: it got worse"
         else:
-            verdict = "the 95% interval includes zero: no gain distinguishable from seed noise"
-        lines.append(f"- {algo}: score {score}, success {success}; score gain per seed {per_seed}; {verdict}.")
+            verdict = "the 95% interval includes zero: the gain is not distinguishable from seed noise"
+        lines.append(
+            f"- {algo}: score {score} ({power_tag(row['gain_score_power'])}), "
+            f"success {success} ({power_tag(row['gain_success_power'])}); "
+            f"score gain per seed {per_seed}; {verdict}."
+        )
     return lines
 
 
@@ -335,24 +232,49 @@ def write_report(out_dir: str | Path, base_config: Any, results: list[Any]) -> P
 
     out_dir = Path(out_dir)
     summary = summarise(results)
-    (out_dir / "results.json").write_text(jsonio.dumps(summary, indent=1))
     plot_curves(summary, out_dir / "success_curve.png", "eval/success_rate", "held-out success rate")
     plot_curves(summary, out_dir / "score_curve.png", "eval/mean_return", "held-out score (mean return)")
-    cfg = configio.to_dict(base_config)
-    seeds = sorted({r.seed for r in results})
-    rollout = cfg["rollout"]
-    budget = cfg["train"]["iterations"] * rollout["tasks_per_iteration"] * rollout["group_size"]
-    lora = "on" if cfg["model"]["lora"]["enabled"] else "off"
+    return write_summary_report(out_dir, summary, configio.to_dict(base_config))
+
+
+def rewrite_report(out_dir: str | Path) -> Path:
+    """Write results.json and report.md of a finished comparison again from its results.json
+    alone (as `summarise` writes it), training and plotting nothing, with what a report now
+    states (each difference's power): the report of a comparison whose runs are gone or cannot
+    be trained again. Returns report.md."""
+    out_dir = Path(out_dir)
+    summary = add_power(json.loads((out_dir / "results.json").read_text()), RANGES)
+    return write_summary_report(out_dir, summary, _recorded_settings(out_dir, summary))
+
+
+def _recorded_settings(out_dir: Path, summary: dict[str, Any]) -> dict[str, Any]:
+    """The settings a comparison's report was written with: `compare`'s record of them
+    (compare_config.yaml), else, where only finished runs were reported (`report_finished`),
+    the record of the baseline's first run (the same settings plus that arm's own)."""
+    recorded = out_dir / "compare_config.yaml"
+    if recorded.exists():
+        return json.loads(recorded.read_text())["base"]
+    first = next(run for run in summary["runs"].values() if run["algo"] == summary["algos"][0])
+    record = out_dir / "runs" / Path(first["run_dir"]).name / "config.yaml"
+    return yaml.safe_load(record.read_text(encoding="utf-8"))
+
+
+def write_summary_report(out_dir: Path, summary: dict[str, Any], cfg: dict[str, Any]) -> Path:
+    """Write ``summary`` as results.json and its report.md (`render_report`) into ``out_dir``."""
+    (out_dir / "results.json").write_text(jsonio.dumps(summary, indent=1))
+    report = out_dir / "report.md"
+    report.write_text(render_report(summary, cfg), encoding="utf-8")
+    return report
+
+
+def render_report(summary: dict[str, Any], cfg: dict[str, Any]) -> str:
+    """report.md of a comparison from its summary (`summarise`, with `add_power`) and its
+    settings (``cfg``: `orsd_gym.configio.to_dict` of its config)."""
+    seeds = sorted({run["seed"] for run in summary["runs"].values()})
     lines = [
         f"# {' vs '.join(summary['algos'])} on {cfg['env']['id']}",
         "",
-        "## Setup",
-        f"- model: `{cfg['model']['name']}` ({cfg['model']['dtype']}, LoRA {lora})",
-        f"- env: `{cfg['env']['id']}` kwargs `{json.dumps(cfg['env']['kwargs'])}`",
-        f"- seeds: {seeds}; per run {cfg['train']['iterations']} iterations x {rollout['tasks_per_iteration']} tasks "
-        f"x group {rollout['group_size']} = {budget} training episodes (max {rollout['max_turns']} turns each)",
-        *_task_lines(summary, cfg),
-        *_warm_start_lines(cfg),
+        *_setup_lines(summary, cfg, seeds),
         "",
         "## Held-out results (mean [95% CI] across seeds, clipped to the metric's range)",
         "",
@@ -364,72 +286,12 @@ def write_report(out_dir: str | Path, base_config: Any, results: list[Any]) -> P
     if len(seeds) < FEW_SEEDS:
         lines += ["", f"With {len(seeds)} seed(s) these intervals are too wide to tell arms apart."]
     lines += ["", "## Paired differences (same seed: same initial weights, tasks and eval set)", ""]
-    for name, entry in summary["paired"].items():
-        d = Estimate.from_dict(entry["final_success_diff"], _difference_bounds("success"))
-        s = Estimate.from_dict(entry["final_score_diff"], _difference_bounds("score"))
-        lines.append(f"- {name}: final success {d}, final score {s}; per seed {entry['final_success_diffs']}")
+    lines += _paired_lines(summary)
     lines += ["", "## How big is the effect?", ""] + (effect_statement(summary) or ["- only one algorithm was run."])
     gains = gain_lines(summary)
     if gains:
         lines += ["", "## Gain over the start (final minus start of the same run, same eval tasks)", "", *gains]
-    signal = [
-        f"{name}: {run['mixed_group_frac']:.2f}"
-        for name, run in summary["runs"].items()
-        if run["mixed_group_frac"] is not None
-    ]
-    lines += [
-        "",
-        "## Learning signal",
-        "",
-        "Fraction of training groups with mixed outcomes (non-zero GRPO advantage), per run: "
-        + (", ".join(signal) or "n/a")
-        + ".",
-    ]
-    orsd = [
-        f"{name}: {run['orsd_rubric_frac']:.2f} (mean |delta| {run['orsd_abs_delta_mean'] or 0.0:.4f})"
-        for name, run in summary["runs"].items()
-        if run["orsd_rubric_frac"] is not None
-    ]
-    if orsd:
-        lines.append(
-            "Fraction of groups where ORSD selected a rubric, and the mean |log-likelihood gap| of the "
-            "corrected tokens: " + ", ".join(orsd) + ". Where this is small, ORSD's advantages are GRPO's "
-            "and the two runs of a seed coincide."
-        )
-    aligned = [
-        f"{name}: {run['credit_alignment']:+.4f}"
-        for name, run in summary["runs"].items()
-        if run.get("credit_alignment") is not None
-    ]
-    if aligned:
-        lines.append(
-            "Credit alignment (mean delta on tokens of actions that agree with the expert's next action minus "
-            "on other actions; what tells a right rubric from extra text): " + ", ".join(aligned) + "."
-        )
-    norms = [f"{name}: {run['grad_norm']:.2f}" for name, run in summary["runs"].items() if run.get("grad_norm")]
-    if norms and orsd:
-        lines.append(
-            "Gradient norm of the updates before clipping (mean over iterations; each step is clipped to "
-            "optim.grad_clip): " + ", ".join(norms) + ". Where an ORSD run's is several times its seed's "
-            "GRPO run's, the correction, not the outcome, sets the direction of the clipped step."
-        )
-    speeds = [
-        f"{name}: {run['baseline_env_steps_per_second']:.0f}"
-        for name, run in summary["runs"].items()
-        if run.get("baseline_env_steps_per_second")  # `random` trains no steps: it has no speed
-    ]
-    if speeds:
-        untrained = " (`random` does not train: it is evaluated as it is)" if "random" in summary["algos"] else ""
-        lines.append(
-            "Classic-RL baselines train on the same training tasks for as many environment steps as the LLM arms "
-            "of their seed used, and are evaluated greedily on the same held-out tasks; their training speed "
-            f"(env steps/s){untrained}: " + ", ".join(speeds) + "."
-        )
-    if any(":expert" in algo for algo in summary["algos"]):
-        lines.append(
-            "`orsd:expert` is a positive control: its rubrics restate the env's expert plan, privileged "
-            "information no real run has. `orsd:shuffled` applies rubrics written for other tasks."
-        )
+    lines += ["", "## Learning signal", "", *signal_lines(summary)]
     lines += chain_lines(summary)
     coinciding = coinciding_arms(summary)
     lines += ["", "## Learning curves", ""]
@@ -441,9 +303,36 @@ def write_report(out_dir: str | Path, base_config: Any, results: list[Any]) -> P
             "",
         ]
     lines += ["![success](success_curve.png)", "", "![score](score_curve.png)", ""]
-    report = out_dir / "report.md"
-    report.write_text("\n".join(lines), encoding="utf-8")
-    return report
+    return "\n".join(lines)
+
+
+def _setup_lines(summary: dict[str, Any], cfg: dict[str, Any], seeds: list[int]) -> list[str]:
+    rollout = cfg["rollout"]
+    budget = cfg["train"]["iterations"] * rollout["tasks_per_iteration"] * rollout["group_size"]
+    lora = "on" if cfg["model"]["lora"]["enabled"] else "off"
+    return [
+        "## Setup",
+        f"- model: `{cfg['model']['name']}` ({cfg['model']['dtype']}, LoRA {lora})",
+        f"- env: `{cfg['env']['id']}` kwargs `{json.dumps(cfg['env']['kwargs'])}`",
+        f"- seeds: {seeds}; per run {cfg['train']['iterations']} iterations x {rollout['tasks_per_iteration']} tasks "
+        f"x group {rollout['group_size']} = {budget} training episodes (max {rollout['max_turns']} turns each)",
+        *_task_lines(summary, cfg),
+        *_warm_start_lines(cfg),
+    ]
+
+
+def _paired_lines(summary: dict[str, Any]) -> list[str]:
+    """Each arm minus the baseline, paired by seed, each difference with its power (`power_tag`)."""
+    if not summary["paired"]:
+        return []
+    lines = []
+    for name, entry in summary["paired"].items():
+        cells = []
+        for label in RANGES:
+            estimate = Estimate.from_dict(entry[f"final_{label}_diff"], _difference_bounds(label))
+            cells.append(f"final {label} {estimate} ({power_tag(entry[f'final_{label}_power'])})")
+        lines.append(f"- {name}: {', '.join(cells)}; per seed {entry['final_success_diffs']}")
+    return [*lines, "", MDD_LEGEND]
 
 
 def _row_cells(row: dict[str, Any]) -> list[str]:
