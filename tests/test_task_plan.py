@@ -149,3 +149,29 @@ def test_the_trainer_runs_exactly_its_plan(tmp_path):
         lines = (tmp_path / "audit" / f"iter_{iteration:06d}" / "trajectories.jsonl").read_text().splitlines()
         played = [json.loads(line)["task_id"] for line in lines]
         assert played == [task.task_id for task in tasks for _ in range(2)]
+
+
+def test_rl_training_never_draws_a_warm_start_demonstration_task_by_default():
+    """GuessNumber has 16 training numbers: 6 demonstrations leave 10 for RL, and a run's
+    training rooms are never the ones its policy was cloned in (unless asked for)."""
+    cloned = [*GUESS, "warm_start.episodes=6", "warm_start.env_kwargs={}", "train.iterations=10"]
+    plan = build_task_plan(load_config(None, cloned))
+    keys = plan.keys()
+    assert len(set(keys["warm_start"])) == 6 and not set(keys["warm_start"]) & set(keys["train"])
+    assert plan.train_pool == 10 and plan.summary()["warm_start_train_overlap"] == 0
+    shared = build_task_plan(load_config(None, [*cloned, "warm_start.disjoint_from_training=false"]))
+    assert shared.summary()["warm_start_train_overlap"] > 0 and shared.train_pool == 16
+    with pytest.raises(TaskPlanError, match="use all 16 training task"):
+        build_task_plan(load_config(None, [*GUESS, "warm_start.episodes=40", "warm_start.env_kwargs={}"]))
+
+
+def test_a_run_recorded_before_disjoint_warm_starts_is_read_as_sharing_its_tasks(tmp_path):
+    """A saved run that lacks the setting trained on its demonstration tasks: it is compared as
+    such, so a comparison with today's default does not take it for one of its own runs."""
+    from orsd_gym.train.config import default_record, run_record
+    from orsd_gym.train.rundir import config_differences
+
+    record = run_record(load_config(None, GUESS))
+    saved = {**record, "warm_start": {k: v for k, v in record["warm_start"].items() if k != "disjoint_from_training"}}
+    differences = config_differences(saved, record, default_record("grpo"))
+    assert differences == {"warm_start.disjoint_from_training": (False, True)}

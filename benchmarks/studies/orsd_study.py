@@ -70,6 +70,8 @@ STUDY = [
     "model.verifier_dtype=null",
     "model.inference_dtype=null",
     "optim.max_memory_gb=4",
+    # Its RL runs drew from every training room, the warm start's demonstration rooms included.
+    "warm_start.disjoint_from_training=false",
 ]
 #: Starting policies a study can use, each on top of `STUDY` (`teacher_gate.py` names them alike).
 #: ``plain-12`` is the first study's: no warm start of it passes the gate. ``rubric-48`` is the

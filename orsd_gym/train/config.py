@@ -329,6 +329,10 @@ class WarmStartConfig:
     rubric_placement: Literal["system", "user"] = "system"
     #: Criteria the demonstrations' rubrics keep (as ORSD's max_criteria).
     rubric_max_criteria: int = 4
+    #: RL training draws no task the demonstrations were played on, so a run's training success
+    #: is not inflated by rooms the policy was cloned in (the task plan lists both). False lets
+    #: them share tasks (what runs recorded before this setting did).
+    disjoint_from_training: bool = True
     #: Where the cloned weights are cached (None: ``<output_dir>/warm_start.safetensors``).
     #: Runs that share it (a comparison's algorithms with one seed) clone once and start alike.
     path: str | None = None
@@ -477,10 +481,15 @@ def run_record(config: Config) -> dict[str, Any]:
     return record
 
 
+#: Settings added after runs were recorded whose default is not what those runs did: a saved
+#: run that lacks one did this (it is compared as such on resume or when a comparison reads it).
+PREDATING_BEHAVIOUR = {"warm_start": {"disjoint_from_training": False}}
+
+
 def default_record(algorithm: str) -> dict[str, Any]:
     """`run_record` of the default config with ``algorithm``: what a setting a saved run does
-    not list (it predates it) is taken to be."""
-    record = configio.to_dict(Config(algo=AlgoConfig(name=algorithm)))
+    not list (it predates it) is taken to be (its default, or `PREDATING_BEHAVIOUR`)."""
+    record = configio.merge(configio.to_dict(Config(algo=AlgoConfig(name=algorithm))), PREDATING_BEHAVIOUR)
     settings = dataclasses.asdict(algorithm_config_class(algorithm)())
     settings.pop("temperature", None)
     record["algo"] = {"name": algorithm, "per_algo": {algorithm: settings}}

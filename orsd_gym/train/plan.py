@@ -9,6 +9,10 @@ named by a key (env id + `TextEnv.task_key`: a game file, a goal index, a genera
 index), and the plan refuses to evaluate on a key of the training side unless the config asks
 for evaluation on training tasks (``eval.tasks: training``).
 
+The warm start's demonstrations are played on training-side tasks, and RL training then draws
+from the others (``warm_start.disjoint_from_training``), so a run's training success is never
+measured in rooms its policy was cloned in.
+
 Everything is a pure function of the config: training tasks of iteration ``i`` come from
 ``(train.seed, i)`` alone, so every algorithm run with one seed sees the same tasks; the
 evaluation tasks come from ``eval.seed_base`` alone, so every run is evaluated on the same ones.
@@ -68,7 +72,8 @@ class TaskPlan:
     train: list[list[PlannedTask]]
     eval: list[PlannedTask]
     warm_start: list[PlannedTask]
-    #: Sizes of the two sides' task pools.
+    #: Sizes of the pools RL training draws from (the training side less the warm start's
+    #: demonstration tasks, by default) and evaluation draws from.
     train_pool: int
     eval_pool: int
     #: Evaluation keys that are also training-side keys (empty unless ``eval_on == "training"``).
@@ -98,6 +103,7 @@ class TaskPlan:
             "eval_tasks": len(keys["eval"]),
             "eval_distinct": len(set(keys["eval"])),
             "warm_start_distinct": len(set(keys["warm_start"])),
+            "warm_start_train_overlap": len(set(keys["warm_start"]) & set(keys["train"])),
             "eval_train_overlap": len(self.overlap),
             "warnings": list(self.warnings),
         }
@@ -155,16 +161,18 @@ def build_task_plan(config: Config, iterations: int | None = None) -> TaskPlan:
     if not train_ids:
         raise TaskPlanError(f"env {env_id} with {train_kwargs} has no training tasks")
 
+    warm_start = _warm_start_tasks(config, train_ids, train_keys)
+    rl_ids = _rl_training_ids(config, train_ids, warm_start)
     plan = TaskPlan(
         env_id=env_id,
         train_kwargs=train_kwargs,
         eval_kwargs=eval_kwargs,
         partition=partition,
         eval_on=config.eval.tasks,
-        train=[_training_tasks(config, i, train_ids, train_keys) for i in range(iterations)],
+        train=[_training_tasks(config, i, rl_ids, train_keys) for i in range(iterations)],
         eval=_eval_tasks(config, eval_ids, eval_keys),
-        warm_start=_warm_start_tasks(config, train_ids, train_keys),
-        train_pool=len(train_ids),
+        warm_start=warm_start,
+        train_pool=len(rl_ids),
         eval_pool=len(eval_ids),
         warnings=warnings,
     )
@@ -215,6 +223,22 @@ def _training_tasks(config: Config, iteration: int, ids: list[int], keys: dict[i
     rng = iteration_rng(config.train.seed, iteration, TASKS)
     chosen = _draw(rng, ids, config.rollout.tasks_per_iteration)
     return [PlannedTask(i, seed, keys[i]) for i, seed in zip(chosen, _seeds(rng, len(chosen)), strict=True)]
+
+
+def _rl_training_ids(config: Config, ids: list[int], warm_start: list[PlannedTask]) -> list[int]:
+    """The training side's task ids RL draws from: all of them, less the warm start's
+    demonstration tasks unless ``warm_start.disjoint_from_training`` is off."""
+    if not config.warm_start.disjoint_from_training:
+        return ids
+    cloned = {task.task_id for task in warm_start}
+    remaining = [i for i in ids if i not in cloned]
+    if not remaining:
+        raise TaskPlanError(
+            f"the warm start's {config.warm_start.episodes} demonstrations use all {len(ids)} training task(s), "
+            "leaving none for RL: lower warm_start.episodes, or let them share tasks with "
+            "warm_start.disjoint_from_training=false"
+        )
+    return remaining
 
 
 def _warm_start_tasks(config: Config, ids: list[int], keys: dict[int, str]) -> list[PlannedTask]:
