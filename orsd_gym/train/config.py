@@ -289,8 +289,9 @@ class EvalConfig:
     teacher_placement: Literal["system", "user"] | None = None
     #: Criteria an expert rubric keeps in the teacher test (None: the algorithm's max_criteria, else 4).
     teacher_max_criteria: int | None = None
-    #: Extra episodes per training group the algorithm gave a rubric, played with that rubric
-    #: in context and paired with the group's own attempts (0: off; measured, never trained on).
+    #: Per training group the algorithm gave a rubric, this many fresh episodes of its task with
+    #: the rubric in context and as many without, from the same seeds, paired by group
+    #: (``teacher/train_gain``; 0: off; measured, never trained on).
     teacher_episodes: int = 0
 
     def __post_init__(self) -> None:

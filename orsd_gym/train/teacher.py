@@ -14,14 +14,19 @@ measure it directly:
   the own rubric beats both, the policy reads rubrics; this is the gate a study needs before it
   can ask whether ORSD moves behaviour.
 * **training** (``eval.teacher_episodes`` > 0): for every training group the algorithm gave a
-  rubric (ORSD's selected, policy-written one), that many extra episodes of the group's task
-  with the rubric in context, sampled as the rollout samples, paired with the group's own
-  attempts: ``teacher/train_gain``.
+  rubric (ORSD's selected, policy-written one), that many fresh episodes of the group's task
+  with the rubric in context and as many without it, both sampled as the rollout samples (its
+  temperature), from the group's reset seed and the same per-episode sampling seeds, so that
+  the rubric is all that differs: ``teacher/train_gain`` is with minus without, paired by group.
+  The group's own attempts are no baseline: ORSD shapes a group only when its outcomes are
+  mixed, so their success rate is conditioned on the outcome and pulled towards 0.5 (above a
+  policy's rate where it mostly fails, below it where it mostly wins), which a rubric that
+  changes nothing would read as a gain or a loss.
 
 The rubric sits where ORSD's replay puts it (``rubric_placement``, ``rubric_template``) unless
-the eval config says otherwise. Teacher episodes are measured, never trained on, and draw
-their sampling seeds from a stream of their own, so switching the test on changes no training
-number.
+the eval config says otherwise. Teacher episodes (both arms) are measured, never trained on,
+and draw their sampling seeds from a stream of their own, so switching the test on changes no
+training number.
 """
 
 from __future__ import annotations
@@ -126,10 +131,19 @@ def other_tasks_rubrics(rubrics: Mapping[str, Sequence[str]], seed: int) -> dict
 
 def success_by_task(trajectories: Sequence[Trajectory]) -> dict[str, float]:
     """Task key -> success rate over its episodes (one per episode, whatever the layout)."""
-    wins: dict[str, list[float]] = {}
+    return _success_by(trajectories, task_key)
+
+
+def success_by_group(trajectories: Sequence[Trajectory]) -> dict[int, float]:
+    """Group id -> success rate over its episodes (one per episode, whatever the layout)."""
+    return _success_by(trajectories, lambda trajectory: trajectory.group_id)
+
+
+def _success_by(trajectories: Sequence[Trajectory], key: Callable[[Trajectory], Any]) -> dict[Any, float]:
+    wins: dict[Any, list[float]] = {}
     for trajectory in episodes_of(trajectories):
-        wins.setdefault(task_key(trajectory), []).append(float(trajectory.success))
-    return {key: float(np.mean(values)) for key, values in wins.items()}
+        wins.setdefault(key(trajectory), []).append(float(trajectory.success))
+    return {name: float(np.mean(values)) for name, values in wins.items()}
 
 
 def paired_gain(with_rubric: Mapping[str, float], without: Mapping[str, float], keys: Sequence[str]) -> dict:
@@ -183,42 +197,41 @@ def _mean_over(values: Mapping[str, float], keys: Sequence[str]) -> float:
 
 
 def training_teacher_pairs(
-    play: Callable[[list[Trajectory], PromptEdit], list[Trajectory]],
+    play: Callable[[list[Trajectory], PromptEdit | None], list[Trajectory]],
     trajectories: Sequence[Trajectory],
     audit: Sequence[Mapping[str, Any]],
     context: RubricContext,
 ) -> list[dict[str, Any]]:
-    """For each audited group with a selected rubric: its attempts' success and that of extra
-    episodes of its task with the rubric in context. ``play(firsts, edit)`` plays one group per
-    trajectory of ``firsts`` (its task and reset seed), ``edit`` giving group ``n`` rubric ``n``."""
+    """For each audited group with a selected rubric: the success of fresh episodes of its task
+    with the rubric in context and of fresh episodes without it (never of the group's own
+    attempts, see the module docstring). ``play(firsts, edit)`` plays one group per trajectory of
+    ``firsts`` (its task and reset seed) with the same sampling seeds on every call, ``edit``
+    giving group ``n`` rubric ``n`` (None: no rubric)."""
     shaped = [g for g in audit if g.get("selected_rubric")]
     if not shaped:
         return []
     firsts = [trajectories[g["attempt_indices"][0]] for g in shaped]
     rubrics = [list(g["selected_rubric"]) for g in shaped]
-    played = play(firsts, context.edit(lambda _info, group: rubrics[group]))
-    pairs = []
-    for n, group in enumerate(shaped):
-        attempts = [trajectories[i] for i in group["attempt_indices"]]
-        extra = [t for t in episodes_of(played) if t.group_id == n]
-        pairs.append(
-            {
-                "task_key": group.get("task_key"),
-                "without": float(np.mean([t.success for t in attempts])),
-                "with": float(np.mean([t.success for t in extra])) if extra else float("nan"),
-            }
-        )
-    return pairs
+    with_rubric = success_by_group(play(firsts, context.edit(lambda _info, group: rubrics[group])))
+    without = success_by_group(play(firsts, None))
+    nan = float("nan")
+    return [
+        {"task_key": group.get("task_key"), "with": with_rubric.get(n, nan), "without": without.get(n, nan)}
+        for n, group in enumerate(shaped)
+    ]
 
 
 def training_teacher_metrics(pairs: Sequence[Mapping[str, Any]]) -> dict[str, float]:
-    """``teacher/train_gain`` (with minus without, paired by group) and its interval."""
-    diffs = [p["with"] - p["without"] for p in pairs if not np.isnan(p["with"])]
-    if not diffs:
+    """``teacher/train_gain`` (with minus without, paired by group) with its interval, and
+    each arm's success rate over the same groups."""
+    played = [p for p in pairs if not (np.isnan(p["with"]) or np.isnan(p["without"]))]
+    if not played:
         return {}
-    estimate = mean_ci(diffs, (-1.0, 1.0))
+    estimate = mean_ci([p["with"] - p["without"] for p in played], (-1.0, 1.0))
     return {
-        "teacher/train_groups": float(len(diffs)),
+        "teacher/train_groups": float(len(played)),
+        "teacher/train_success_with": float(np.mean([p["with"] for p in played])),
+        "teacher/train_success_without": float(np.mean([p["without"] for p in played])),
         "teacher/train_gain": estimate.mean,
         "teacher/train_gain_low": estimate.low,
         "teacher/train_gain_high": estimate.high,
@@ -227,10 +240,14 @@ def training_teacher_metrics(pairs: Sequence[Mapping[str, Any]]) -> dict[str, fl
 
 def teacher_episodes(envs: Any, policy: Any, config: Any, seed: int) -> Callable[..., list[Trajectory]]:
     """``play(firsts, edit)``: ``eval.teacher_episodes`` sampled episodes of each group's task
-    (given by its first attempt) with the prompt edit, played like the group's own attempts
-    (the rollout's temperature), from the teacher's seed; never trained on."""
+    (given by its first attempt: task and reset seed) with the prompt edit (None: without),
+    played like the group's own attempts (the rollout's temperature); never trained on.
 
-    def play(firsts: Sequence[Trajectory], edit: PromptEdit) -> list[Trajectory]:
+    Every call samples from ``seed`` (the teacher's stream), so episode ``k`` of group ``n``
+    draws the same random numbers with and without the rubric: the arms differ by the rubric
+    alone, and their difference varies less than two independent draws would."""
+
+    def play(firsts: Sequence[Trajectory], edit: PromptEdit | None) -> list[Trajectory]:
         with torch.no_grad():
             return collect(
                 envs,
