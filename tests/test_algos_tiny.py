@@ -120,8 +120,11 @@ def test_grpo_micro_batches_sum_to_the_minibatch_gradient(policy, batch, loss_ag
 def test_grpo_kl_and_entropy_terms(policy, batch):
     algo = make_algorithm("grpo", {"kl_coef": 0.5, "entropy_coef": 0.01}, reference=policy.copy_frozen())
     prepared = algo.prepare(batch, policy, iteration=0, rng=np.random.default_rng(0))
+    with pytest.raises(ValueError, match="ref_logprobs are not scored yet"):
+        algo.loss(policy, prepared, [0, 1], minibatch_indices=[0, 1])
+    algo.score_loss_inputs(policy, prepared, [[0, 1], list(range(2, len(batch)))])
     loss, metrics = algo.loss(policy, prepared, [0, 1], minibatch_indices=[0, 1])
-    assert metrics["policy/kl_ref"] == pytest.approx(0.0, abs=1e-5)  # same weights as the reference
+    assert metrics["policy/kl_ref"] == 0.0  # same weights as the reference, scored as the loss scores
     assert metrics["policy/entropy"] > 5.0  # a random model over a 49k vocabulary
     assert torch.isfinite(loss)
 

@@ -148,6 +148,8 @@ def test_update_runs_in_train_mode_so_lora_dropout_acts(tmp_path, monkeypatch):
             "model.name=tiny-random",
             f"env.id={GUESS}",
             "model.lora={enabled: true, r: 4, alpha: 8, dropout: 0.5}",
+            # tiny-random never wins, so its groups carry no advantage: a KL term makes the update run.
+            "algo.per_algo.grpo.kl_coef=0.01",
             "rollout.tasks_per_iteration=1",
             "rollout.group_size=2",
             "rollout.max_turns=1",
@@ -193,3 +195,12 @@ def test_judges_render_with_thinking_off(policy):
     assert context.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
     rollout_prompt = tokenizer.decode(qwen.chat.prompt_tokens([{"role": "user", "content": "x"}]))
     assert rollout_prompt.endswith("<|im_start|>assistant\n")  # rollouts keep the policy's own setting
+
+
+def test_a_lora_policy_samples_without_dropout_from_the_start():
+    """peft leaves its adapters in train mode: a fresh LoRA policy must be in eval mode, or its
+    dropout would act on the first rollout (the update switches it off afterwards)."""
+    from orsd_gym.policies.models import load_policy
+
+    policy = load_policy("tiny-random", seed=0, lora={"r": 4, "alpha": 8, "dropout": 0.5})
+    assert not any(module.training for module in policy.model.modules())

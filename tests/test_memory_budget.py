@@ -103,3 +103,19 @@ def test_trim_heap_returns_freed_heap_pages():
     returned, released = out.stdout.split()
     assert returned == "True"
     assert int(released) > 40e6  # of the 56 MB freed
+
+
+def test_the_budget_counts_autocasts_copies_of_the_weights_in_a_narrower_update_dtype():
+    """Mixed precision (bf16 compute over float32 weights) holds a bf16 copy of every weight
+    while an update's forward and backward run: the budget leaves that much less to activations."""
+    from orsd_gym.algos.base import make_algorithm
+    from orsd_gym.policies.models import load_policy
+    from orsd_gym.train.config import OptimConfig
+    from orsd_gym.train.update import activation_budget
+
+    full = load_policy("tiny-random", seed=0)
+    mixed = load_policy("tiny-random", seed=0, update_dtype="bfloat16")
+    assert full.update_weight_copy_bytes() == 0
+    assert mixed.update_weight_copy_bytes() == full.weight_bytes() // 2
+    grpo, optim = make_algorithm("grpo"), OptimConfig(max_memory_gb=2.0)
+    assert activation_budget(full, grpo, optim) - activation_budget(mixed, grpo, optim) == full.weight_bytes() // 2

@@ -1,6 +1,7 @@
-"""Numbers that mean the same in every precision mode: what enters a loss (PPO's old log-probs,
-ORSD's two replays, the KL reference) is computed in the update dtype whatever dtype sampling
-ran in; 16-bit weights are never fully fine-tuned; update metrics count tokens."""
+"""Numbers that mean the same in every precision mode: what a loss compares its forward with
+(PPO's old log-probs, the KL reference's) is scored in the update dtype with the update's own
+micro-batches, and ORSD's delta in float32, whatever dtype sampling and updates compute in;
+16-bit weights are never fully fine-tuned; update metrics count tokens."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ import torch
 from resumable_env import ENV_ID
 
 from orsd_gym.algos.base import make_algorithm
-from orsd_gym.algos.grpo import old_logprobs
 from orsd_gym.algos.orsd.replay import replay_deltas
 from orsd_gym.errors import ConfigError
 from orsd_gym.policies.base import SamplingParams
@@ -18,10 +18,11 @@ from orsd_gym.policies.hf import HFPolicy
 from orsd_gym.policies.models import load_policy
 from orsd_gym.rollout.collector import TaskSpec, collect
 from orsd_gym.rollout.options import RolloutOptions
+from orsd_gym.rollout.trajectory import load_jsonl
 from orsd_gym.train.config import OptimConfig, load_config
 from orsd_gym.train.metrics import read_metrics
 from orsd_gym.train.trainer import Trainer
-from orsd_gym.train.update import make_optimizer, update_policy
+from orsd_gym.train.update import RUNTIME_ALLOWANCE_GB, make_optimizer, update_policy
 
 VOWEL_RUN = [
     "model.name=tiny-random",
@@ -41,6 +42,28 @@ VOWEL_RUN = [
 ]
 #: Sampled tokens whose probability was at most this are the decisions (the rest are near-certain).
 DECISION_P = 0.9
+RUBRIC = "- Starts by guessing the middle of the range\n- Halves the range after every answer"
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    """SmolLM2-135M sampling in bfloat16 over float32 weights: a real, peaked distribution, whose
+    bf16 rounding shows where tiny-random's near-uniform one hides it."""
+    return load_policy("smollm2-135m", seed=0, inference_dtype="bfloat16")
+
+
+@pytest.fixture(scope="module")
+def guesses(smollm2):
+    """Two GuessNumber groups of 3, sampled in bfloat16: rows of different lengths."""
+    return collect(
+        gym.make("orsd_gym/GuessNumber-v0", high=20),
+        smollm2,
+        [TaskSpec(0, 3), TaskSpec(1, 4)],
+        group_size=3,
+        sampling=SamplingParams(max_new_tokens=12, temperature=1.0),
+        options=RolloutOptions(max_turns=2, action_format="last_line"),
+        seed=5,
+    )
 
 
 def test_bf16_sampling_starts_the_ratio_and_the_kl_at_exactly_their_start(tmp_path):
@@ -61,8 +84,76 @@ def test_bf16_sampling_starts_the_ratio_and_the_kl_at_exactly_their_start(tmp_pa
     [record] = read_metrics(tmp_path / "metrics.jsonl")
     assert record["algo/sampler_logprob_gap"] > 1e-3  # bf16 sampling differs from the update's float32
     assert record["policy/clip_frac"] == 0.0
-    assert abs(record["policy/approx_kl_old"]) < 1e-6
-    assert abs(record["policy/kl_ref"]) < 1e-6
+    assert record["policy/approx_kl_old"] == 0.0
+    assert record["policy/kl_ref"] == 0.0
+
+
+def test_bf16_updates_under_a_memory_budget_start_at_exactly_ratio_1_and_kl_0(tmp_path, smollm2):
+    """The presets' update precision (bf16 over float32 weights) with a memory budget that gives
+    each row a micro-batch of its own, where one scoring pass of the batch pads the shorter rows
+    to the longest. In bf16 a row's log-probs depend on that padding (SmolLM2: up to 0.17 nats on
+    a token), so only old and reference log-probs scored with the update's own micro-batches
+    start its first step at ratio 1 and KL 0."""
+    update = HFPolicy(smollm2.model, smollm2.tokenizer, update_dtype="bfloat16")
+    # Weights, their gradients, AdamW's two moments, the float32 KL reference and autocast's bf16
+    # copies, then room for the activations of one row of up to ~256 tokens: two rows of over 130
+    # never share one.
+    held = 5 * update.weight_bytes() + update.update_weight_copy_bytes() + update.update_activation_bytes(1, 256)
+    held += 10**6
+    config = load_config(
+        None,
+        [
+            *VOWEL_RUN,
+            "model.name=smollm2-135m",
+            "model.update_dtype=bfloat16",
+            "model.gradient_checkpointing=false",
+            "env.id=orsd_gym/GuessNumber-v0",
+            "env.kwargs={high: 20}",
+            "rollout.group_size=2",
+            "rollout.max_turns=3",
+            "rollout.max_new_tokens=16",
+            "algo.per_algo.grpo.kl_coef=0.1",
+            f"optim.max_memory_gb={RUNTIME_ALLOWANCE_GB + held / 1e9}",
+            f"train.output_dir={tmp_path}",
+        ],
+    )
+    Trainer(config).run()
+    lengths = {len(t.token_ids) for t in load_jsonl(tmp_path / "audit" / "iter_000001" / "trajectories.jsonl")}
+    assert max(lengths) - min(lengths) >= 16  # one pass would pad the shortest past a 16-token block
+    [record] = read_metrics(tmp_path / "metrics.jsonl")
+    assert record["algo/sampler_logprob_gap"] > 1e-3  # float32 sampling, bf16 updates
+    assert record["policy/approx_kl_old"] == 0.0
+    assert record["policy/clip_frac"] == 0.0
+    assert record["policy/kl_ref"] == 0.0
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_an_update_micro_batch_scored_without_gradients_repeats_its_forward_bit_for_bit(
+    smollm2, guesses, checkpointing
+):
+    """What the update's old log-probs rest on: the same rows, padded alike, give the same bf16
+    log-probs without gradients in eval mode as with gradients in train mode (gradient
+    checkpointing recomputes the same forward); padded further by a longer row they do not."""
+    policy = (
+        load_policy("smollm2-135m", update_dtype="bfloat16", gradient_checkpointing=True)
+        if checkpointing
+        else HFPolicy(smollm2.model, smollm2.tokenizer, update_dtype="bfloat16")
+    )
+    # Three rows of different lengths (cut short), and a longer one to pad them further.
+    cuts = (156, 146, 138)
+    tokens = [t.token_ids[:n] for t, n in zip(guesses, cuts)]
+    masks = [t.loss_mask[:n] for t, n in zip(guesses, cuts)]
+    longer = guesses[3]
+    assert all(sum(m) > 0 for m in masks) and len(longer.token_ids) >= max(cuts) + 8
+    old = policy.score(tokens, masks, precision="update")
+    policy.set_training(True)
+    try:
+        new = policy.score(tokens, masks, with_grad=True)
+    finally:
+        policy.set_training(False)
+    assert all(torch.equal(o, n.detach()) for o, n in zip(old, new))
+    padded = policy.score([longer.token_ids, *tokens], [longer.loss_mask, *masks], precision="update")[1:]
+    assert not all(torch.equal(o, p) for o, p in zip(old, padded))
 
 
 def _decision_deltas(policy: HFPolicy, samples, rubric: str, **replay) -> torch.Tensor:
@@ -75,29 +166,24 @@ def _decision_deltas(policy: HFPolicy, samples, rubric: str, **replay) -> torch.
     return torch.cat(picked)
 
 
-def test_a_bf16_sampled_orsd_delta_is_the_float32_delta_on_decision_tokens():
-    """SmolLM2 (a real, peaked distribution: tiny-random's near-uniform one hides the error).
-    Both sides of delta are float32 passes, so sampling in bfloat16 changes nothing; computed
-    in bfloat16 instead, the same deltas are off by about their own size."""
-    bf16 = load_policy("smollm2-135m", seed=0, inference_dtype="bfloat16")
-    samples = collect(
-        gym.make("orsd_gym/GuessNumber-v0", high=20),
-        bf16,
-        [TaskSpec(0, 3), TaskSpec(1, 4)],
-        group_size=3,
-        sampling=SamplingParams(max_new_tokens=12, temperature=1.0),
-        options=RolloutOptions(max_turns=2, action_format="last_line"),
-        seed=5,
-    )
-    rubric = "- Starts by guessing the middle of the range\n- Halves the range after every answer"
-    fp32 = HFPolicy(bf16.model, bf16.tokenizer, name="smollm2-135m")
-    exact = _decision_deltas(fp32, samples, rubric, baseline="rescore")
+def test_a_bf16_sampled_orsd_delta_is_the_float32_delta_on_decision_tokens(smollm2, guesses):
+    """Both sides of delta are float32 passes, so sampling in bfloat16 changes nothing."""
+    fp32 = HFPolicy(smollm2.model, smollm2.tokenizer, name="smollm2-135m")
+    exact = _decision_deltas(fp32, guesses, RUBRIC, baseline="rescore")
     assert exact.numel() >= 20 and float(exact.abs().mean()) > 1e-3
-    from_bf16 = _decision_deltas(bf16, samples, rubric)
+    from_bf16 = _decision_deltas(smollm2, guesses, RUBRIC)
     assert float((from_bf16 - exact).abs().max()) < 1e-4
-    in_bf16 = HFPolicy(bf16.model, bf16.tokenizer, inference_dtype="bfloat16", update_dtype="bfloat16")
-    noisy = _decision_deltas(in_bf16, samples, rubric, baseline="rescore")
-    assert float((noisy - exact).abs().mean()) > 0.2 * float(exact.abs().mean())
+
+
+def test_orsd_delta_under_bf16_updates_is_the_float32_delta(smollm2, guesses):
+    """The Qwen3 presets' precision (sampling and updates in bfloat16 over float32 weights): delta
+    never meets a gradient and is scored in the weights' float32, so it is the float32 run's delta
+    exactly. Scored in the update's bfloat16 it was off by a third of its size (README, "Precision")."""
+    float32_run = HFPolicy(smollm2.model, smollm2.tokenizer, inference_dtype="bfloat16")
+    presets = HFPolicy(smollm2.model, smollm2.tokenizer, inference_dtype="bfloat16", update_dtype="bfloat16")
+    deltas = [replay_deltas(p, guesses, [RUBRIC] * len(guesses)) for p in (float32_run, presets)]
+    assert sum(int(d.count_nonzero()) for d in deltas[0]) >= 20
+    assert all(torch.equal(a, b) for a, b in zip(*deltas))
 
 
 def test_mixed_precision_adamw_changes_nearly_every_weight_where_bf16_weights_would_not():
@@ -197,16 +283,15 @@ def test_the_update_packs_rows_of_similar_length_into_a_micro_batch(policy, monk
     assert [lengths[i] for i in order] == sorted(lengths, reverse=True)
 
 
-def test_bf16_samples_depend_on_the_batch_but_what_enters_the_loss_does_not():
+def test_bf16_samples_depend_on_the_batch_but_what_enters_the_loss_does_not(smollm2):
     """bf16 batched matmuls are not batch-invariant: the same episode played with 6 env slots or
     1 gets sampling log-probs that differ (measured: up to 0.23 nats on identical tokens, and 1
     of these 6 episodes took another token), so a data-parallel bf16 run is not token for token
     the one-process run. Where the tokens agree, the old log-probs the loss uses agree exactly."""
-    policy = load_policy("smollm2-135m", seed=0, inference_dtype="bfloat16")
     runs = [
         collect(
             gym.make("orsd_gym/GuessNumber-v0", high=20),
-            policy,
+            smollm2,
             [TaskSpec(0, 3), TaskSpec(1, 4)],
             group_size=3,
             num_envs=slots,
@@ -220,9 +305,13 @@ def test_bf16_samples_depend_on_the_batch_but_what_enters_the_loss_does_not():
     assert len(pairs) >= 3
     sampler_gap = max(abs(x - y) for a, b in pairs for x, y in zip(a.logprobs, b.logprobs))
     assert 1e-3 < sampler_gap < 0.5
-    old_a, _ = old_logprobs(policy, [a for a, _ in pairs], 1.0)
-    old_b, _ = old_logprobs(policy, [b for _, b in reversed(pairs)], 1.0)
+    old_a = _scored_for_the_loss(smollm2, [a for a, _ in pairs])
+    old_b = _scored_for_the_loss(smollm2, [b for _, b in reversed(pairs)])
     assert max(float((x - y).abs().max()) for x, y in zip(old_a, reversed(old_b))) < 1e-5
+
+
+def _scored_for_the_loss(policy: HFPolicy, trajectories) -> list[torch.Tensor]:
+    return policy.score([t.token_ids for t in trajectories], [t.loss_mask for t in trajectories], precision="update")
 
 
 def test_a_bf16_sampling_run_is_repeated_exactly_on_one_machine(tmp_path):

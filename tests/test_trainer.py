@@ -213,3 +213,40 @@ def test_the_webshop_cpu_preset_runs_end_to_end_at_tiny_size(tmp_path, monkeypat
     assert json.loads((tmp_path / "warm_start.json").read_text())["warm_start/demos"] > 0
     samples = (tmp_path / "audit" / "iter_000001" / "trajectories.jsonl").read_text().splitlines()
     assert len(samples) >= 2 and all(json.loads(line)["step"] is not None for line in samples)  # one per step
+
+
+@pytest.mark.parametrize("kl_coef", [0.0, 0.1])
+def test_an_iteration_with_no_learning_signal_skips_its_update_and_says_so(tmp_path, kl_coef):
+    """tiny-random never wins GuessNumber: every group's rewards are equal, so GRPO's advantages
+    are all 0 and the update is skipped (weights as they started, the schedule advanced); a KL
+    term can still pull on the policy, so with one the update runs (at the reference it pulls
+    nowhere: the weights stay)."""
+    from orsd_gym.policies.models import load_policy
+
+    overrides = [
+        "model.name=tiny-random",
+        "env.id=orsd_gym/GuessNumber-v0",
+        "env.kwargs={}",
+        "rollout.tasks_per_iteration=2",
+        "rollout.group_size=2",
+        "rollout.max_turns=1",
+        "rollout.max_new_tokens=4",
+        "eval.num_tasks=2",
+        f"algo.per_algo.grpo.kl_coef={kl_coef}",
+        "optim.scheduler=linear",
+        "eval.every=0",
+        "train.iterations=1",
+        "train.threads=1",
+        "logging.live=false",
+        "logging.tensorboard=false",
+        f"train.output_dir={tmp_path}",
+    ]
+    trainer = Trainer(load_config(None, overrides))
+    trainer.run()
+    records = read_metrics(tmp_path / "metrics.jsonl")
+    assert [r["algo/zero_adv_group_frac"] for r in records] == [1.0]
+    assert [r["loss/skipped"] for r in records] == [float(kl_coef == 0)]
+    assert ("loss/grad_norm" in records[0]) is (kl_coef > 0)
+    assert records[-1]["lr"] == 0.0  # the linear schedule reached its end either way
+    start = load_policy("tiny-random", seed=0).state_dict()
+    assert all(torch.equal(trainer.policy.state_dict()[k], start[k]) for k in start)

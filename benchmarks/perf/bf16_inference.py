@@ -4,7 +4,7 @@ scoring the old log-probs again in float32, and the PPO ratio the first epoch st
 One policy, its float32 weights unchanged, collects the same rollout batch (same tasks and
 seeds) twice: sampling in float32, then in bf16 through autocast. For each batch it reports the
 rollout time, the time of the no-grad float32 pass that makes PPO's old log-probs
-(`orsd_gym.algos.grpo.old_logprobs`: none when sampling ran in float32), and the first epoch's
+(`orsd_gym.train.update.score_loss_inputs`: none when sampling ran in float32), and the first epoch's
 PPO ratio exp(new - old), new from the update's float32 scoring pass with gradients, against
 two choices of old: the sampler's own log-probs (what training used before the rescoring pass)
 and the rescored ones (what it uses now). Each ratio is summarised over all sampled tokens and
@@ -24,7 +24,7 @@ import gymnasium as gym
 import torch
 
 import orsd_gym  # noqa: F401  (registers the envs)
-from orsd_gym.algos.grpo import old_logprobs
+from orsd_gym.algos.grpo import sampler_logprobs, samples_as_it_updates
 from orsd_gym.policies.base import SamplingParams
 from orsd_gym.policies.models import load_policy
 from orsd_gym.rollout import RolloutOptions, collect
@@ -62,6 +62,18 @@ def first_epoch(policy, trajectories, olds: dict[str, list[torch.Tensor]]) -> di
     return out
 
 
+def rescored_old_logprobs(policy, trajectories) -> tuple[list[torch.Tensor], float]:
+    """PPO's old log-probs as training makes them (the sampler's own, or one no-grad pass in the
+    update dtype), and their mean |sampler - old| over the sampled tokens."""
+    sampled = sampler_logprobs(trajectories)
+    if samples_as_it_updates(policy):
+        return sampled, 0.0
+    tokens, masks = [t.token_ids for t in trajectories], [t.loss_mask for t in trajectories]
+    old = [s.detach().cpu() for s in policy.score(tokens, masks, precision="update")]
+    gap = sum(float((a - b).abs().sum()) for a, b in zip(sampled, old, strict=True))
+    return old, gap / max(1, sum(sum(m) for m in masks))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m")
@@ -94,10 +106,10 @@ def main() -> int:
         )
         rollout = time.perf_counter() - started
         started = time.perf_counter()
-        rescored, gap = old_logprobs(policy, trajectories, 1.0)
+        rescored, gap = rescored_old_logprobs(policy, trajectories)
         rescoring = time.perf_counter() - started
         policy.inference_dtype = torch.float32
-        sampled = [torch.tensor(t.logprobs) * torch.tensor(t.loss_mask) for t in trajectories]
+        sampled = sampler_logprobs(trajectories)
         name = str(dtype).removeprefix("torch.")
         results[name] = {
             "rollout_seconds": rollout,

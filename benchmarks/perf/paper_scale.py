@@ -15,11 +15,16 @@ mixed only in part). The envs are the generated ALFWorld rooms and the synthetic
 (the official data changes what is observed, not how much).
 
 Each (preset, algorithm) trains one iteration through the real `Trainer` in a fresh process
-(no warm start, no evaluation). Printed per phase: seconds, sampled tokens per second of the
-rollout, peak device memory (CUDA) or peak resident memory (CPU), and the rollout's decode rate
-against a bare batched forward of the same model on the same device (`iteration_profile.py`'s
-decode limit); then the projected wall time of the preset's run: its iterations times the
-measured iteration, plus its evaluations at the measured rollout rate per episode.
+(no warm start, no evaluation) and writes its checkpoint, as the preset's run does every
+``train.checkpoint_every`` iterations. Printed per phase: seconds, sampled tokens per second of
+the rollout, peak device memory (CUDA) or peak resident memory (CPU), and the rollout's decode
+rate against a bare batched forward of the same model on the same device
+(`iteration_profile.py`'s decode limit); the checkpoint's seconds and the process's peak
+resident memory while it writes (weights and AdamW's moments are staged in host memory); what
+the run holds before any activation, by arithmetic (`resident_before_activations`, autocast's
+16-bit weight copies included); then the projected wall time of the preset's run: its iterations
+times the measured iteration, its checkpoints at the measured checkpoint, plus its evaluations
+at the measured rollout rate per episode.
 
     python benchmarks/perf/paper_scale.py --json benchmarks/results/perf/paper_scale.json  # CUDA, full shape
     python benchmarks/perf/paper_scale.py --device cpu --layers 2 --hidden 256 --tasks 2 --group 2 \\
@@ -54,6 +59,8 @@ PRESETS = {
 }
 #: The trainer's phases an iteration is made of.
 ITERATION = ("rollout", "prepare", "update")
+#: The trainer's phase that writes a checkpoint (every ``train.checkpoint_every`` iterations and at the end).
+CHECKPOINT = "checkpoint"
 
 
 def model_shape(layers: int | None, hidden: int | None) -> dict:
@@ -97,22 +104,61 @@ def build_model(out: Path, shape: dict, device: str) -> None:
     tokenizer.save_pretrained(str(out))
 
 
-def project(iteration_seconds: float, rollout_seconds: float, measured_episodes: int, config) -> dict:
-    """The preset's whole run from one measured iteration: ``train.iterations`` iterations, and
-    its evaluations (before training, every ``eval.every`` iterations and at the end, each
-    ``eval.num_tasks`` x ``eval.group_size`` episodes) at the measured rollout seconds per episode."""
+def project(
+    iteration_seconds: float, rollout_seconds: float, measured_episodes: int, checkpoint_seconds: float, config
+) -> dict:
+    """The preset's whole run from one measured iteration: ``train.iterations`` iterations, its
+    checkpoints (every ``train.checkpoint_every`` iterations and at the end) at the measured
+    checkpoint's seconds, and its evaluations (before training, every ``eval.every`` iterations
+    and at the end, each ``eval.num_tasks`` x ``eval.group_size`` episodes) at the measured
+    rollout seconds per episode."""
     iterations, every = config.train.iterations, config.eval.every
-    evaluations = 0 if every <= 0 else 1 + iterations // every + (iterations % every != 0)
+    evaluations = 0 if every <= 0 else 1 + _every_and_last(iterations, every)
+    checkpoints = _every_and_last(iterations, config.train.checkpoint_every)
     per_episode = rollout_seconds / max(1, measured_episodes)
     eval_seconds = evaluations * config.eval.num_tasks * config.eval.group_size * per_episode
     train_seconds = iterations * iteration_seconds
+    checkpoint_total = checkpoints * checkpoint_seconds
     return {
         "iterations": iterations,
         "evaluations": evaluations,
+        "checkpoints": checkpoints,
         "train_hours": train_seconds / 3600,
         "eval_hours": eval_seconds / 3600,
-        "total_hours": (train_seconds + eval_seconds) / 3600,
+        "checkpoint_hours": checkpoint_total / 3600,
+        "total_hours": (train_seconds + eval_seconds + checkpoint_total) / 3600,
     }
+
+
+def _every_and_last(iterations: int, every: int) -> int:
+    """How often something done every ``every`` iterations and after the last one happens."""
+    return iterations // every + (iterations % every != 0)
+
+
+def resident_before_activations(config, parameters: int) -> dict[str, float]:
+    """GB a full fine-tuning run of ``config`` holds before any activation or KV cache, by
+    arithmetic: the weights, their gradients and AdamW's two moments (``model.dtype``); the
+    16-bit copies autocast keeps of the trainable weights while the policy samples or updates
+    below their dtype (it caches the cast of every weight that requires grad, with or without
+    gradients); the KL reference (``model.dtype``) and ORSD's verifier (``model.verifier_dtype``)."""
+    from orsd_gym.policies.precision import resolve_dtype
+    from orsd_gym.train.config import resolve_algo
+
+    model, algo = config.model, resolve_algo(config)
+
+    def width(dtype) -> int:
+        return resolve_dtype(dtype, model.device).itemsize
+
+    weights = width(model.dtype)
+    compute = [width(d) for d in (model.inference_dtype, model.update_dtype) if d is not None]
+    parts = {
+        "weights_gradients_adamw": 4 * weights,
+        "autocast_weight_copies": min(compute) if compute and min(compute) < weights else 0,
+        "kl_reference": weights if algo.needs_reference else 0,
+        "verifier": width(model.verifier_dtype or model.inference_dtype or model.dtype) if algo.needs_verifier else 0,
+    }
+    gb = {name: parameters * per_parameter / 1e9 for name, per_parameter in parts.items()}
+    return gb | {"total": sum(gb.values())}
 
 
 def mix_every_group() -> None:
@@ -162,16 +208,20 @@ def run_child(preset: str, algo: str, model_dir: Path, workdir: Path, overrides:
     phases = profiler.as_dict()["phases"]
     rollout = phases["rollout"]["seconds"]
     iteration = sum(phases[p]["seconds"] for p in ITERATION if p in phases)
+    checkpoint = phases[CHECKPOINT]
     episodes = config.rollout.tasks_per_iteration * config.rollout.group_size
     full = load_config(name, [*preset_overrides, f"algo.name={algo}"])
+    parameters = sum(p.numel() for p in trainer.policy.model.parameters())
     return {
         "phases": {p: phases[p]["seconds"] for p in phases if p.split("/")[0] in ITERATION},
         "iteration_seconds": iteration,
+        "checkpoint": {"seconds": checkpoint["seconds"], "peak_resident_gb": checkpoint["peak_rss_gb"]},
         "peak_memory_gb": torch.cuda.max_memory_allocated() / 1e9 if cuda else profiler.as_dict()["peak_rss_gb"],
         "peak_memory_kind": "CUDA allocated" if cuda else "resident (process)",
+        "resident_before_activations_gb": resident_before_activations(config, parameters),
         "decode": decode_stats(profiler, trainer.policy),
         "shape": {"tasks": config.rollout.tasks_per_iteration, "group": config.rollout.group_size},
-        "projection": project(iteration, rollout, episodes, full),
+        "projection": project(iteration, rollout, episodes, checkpoint["seconds"], full),
     }
 
 
@@ -182,6 +232,16 @@ def print_result(name: str, result: dict) -> None:
     )
     for path, seconds in result["phases"].items():
         print(f"  {'  ' * path.count('/')}{path.rsplit('/', 1)[-1]:<40}{seconds:10.2f} s")
+    checkpoint, held = result["checkpoint"], result["resident_before_activations_gb"]
+    print(
+        f"  checkpoint{'':<30}{checkpoint['seconds']:10.2f} s, process peak {checkpoint['peak_resident_gb']:.2f} GB "
+        "resident while it writes"
+    )
+    print(
+        f"  held before activations (arithmetic): {held['total']:.2f} GB = weights, gradients, AdamW "
+        f"{held['weights_gradients_adamw']:.2f} + autocast's weight copies {held['autocast_weight_copies']:.2f} "
+        f"+ KL reference {held['kl_reference']:.2f} + verifier {held['verifier']:.2f}"
+    )
     decode = result["decode"]
     if decode:
         side = decode["side_by_side"]
@@ -195,8 +255,9 @@ def print_result(name: str, result: dict) -> None:
     p = result["projection"]
     print(
         f"  projected run ({result['shape']['tasks']} tasks x {result['shape']['group']} measured): "
-        f"{p['iterations']} iterations + {p['evaluations']} evaluations = {p['total_hours']:.1f} h "
-        f"(train {p['train_hours']:.1f} h, eval {p['eval_hours']:.1f} h)"
+        f"{p['iterations']} iterations + {p['checkpoints']} checkpoints + {p['evaluations']} evaluations = "
+        f"{p['total_hours']:.1f} h (train {p['train_hours']:.1f} h, checkpoints {p['checkpoint_hours']:.2f} h, "
+        f"eval {p['eval_hours']:.1f} h)"
     )
 
 

@@ -53,7 +53,8 @@ class PreparedBatch:
     rewards: list[float]
     #: Per trajectory, float32, ``len == len(token_ids)``, 0 where ``loss_mask == 0``.
     advantages: list[torch.Tensor]
-    #: Rollout-time sampling log-probs as tensors (same shape as `advantages`).
+    #: PPO's old log-probs (same shape as `advantages`): the sampler's own, until the update
+    #: scores them where `unscored` says so.
     old_logprobs: list[torch.Tensor]
     metrics: dict[str, float] = field(default_factory=dict)
     #: JSON-safe per-group records (ORSD: bundles, correlations, selected rubric, delta stats).
@@ -62,8 +63,14 @@ class PreparedBatch:
     #: gradient-share diagnostic splits off). None: `advantages` are the outcome's.
     outcome_advantages: list[torch.Tensor] | None = None
     #: The frozen reference's log-probs of the sampled tokens, in the update dtype: the KL
-    #: term's input (None without a KL term).
+    #: term's input (None without a KL term, and until the update scores them).
     ref_logprobs: list[torch.Tensor] | None = None
+    #: What `Algorithm.loss` compares its forward with that is still to be scored ("old_logprobs",
+    #: "ref_logprobs"). In a 16-bit update dtype a row's log-probs depend on the rows it is padded
+    #: with, and only the update knows its micro-batches, so it scores these before its first
+    #: step, micro-batch by micro-batch with the rows `loss` will get (`Algorithm.score_loss_inputs`):
+    #: the first step's ratio is then exactly 1 and its KL exactly 0.
+    unscored: frozenset[str] = frozenset()
     #: Per-token values for inspection only (e.g. ORSD's ``orsd_delta``), each a list aligned
     #: with `trajectories`; no loss reads them.
     token_extras: dict[str, list[torch.Tensor]] = field(default_factory=dict)
@@ -77,7 +84,7 @@ class PreparedBatch:
 
     def inspection(self) -> dict[str, list[torch.Tensor]]:
         """Every per-token series of the batch by name, as an audit records them (``advantages``,
-        ``grpo_advantage`` for the outcome's, ``ref_logprobs`` and the extras)."""
+        ``grpo_advantage`` for the outcome's, ``ref_logprobs`` once scored, and the extras)."""
         series = {**self.token_extras, "advantages": self.advantages}
         if self.outcome_advantages is not None:
             series["grpo_advantage"] = self.outcome_advantages
@@ -130,6 +137,23 @@ class Algorithm(ABC):
         Summing the gradients of every micro-batch's loss of a mini-batch equals the gradient
         of the mini-batch loss.
         """
+
+    def score_loss_inputs(self, policy: Policy, batch: PreparedBatch, micro_batches: Sequence[Sequence[int]]) -> None:
+        """Score ``batch.unscored`` without gradients, each micro-batch exactly as `loss` will
+        score it (same rows, same order, same dtype), then mark them scored. ``micro_batches``
+        hold every row of the batch once. The update calls it with its first epoch's micro-batches
+        before its first step; a caller that runs `loss` itself calls it first with its own. An
+        algorithm whose `prepare` leaves nothing unscored need not override it."""
+        if batch.unscored:
+            raise NotImplementedError(
+                f"{type(self).__name__} cannot score the {sorted(batch.unscored)} it left unscored"
+            )
+
+    def has_learning_signal(self, batch: PreparedBatch) -> bool:
+        """Whether an update on ``batch`` can move the policy: some token has a non-zero
+        advantage. Where no worker's batch has one, the trainer skips the update instead of
+        paying for a zero-gradient step (an algorithm with other loss terms says so here)."""
+        return any(bool(a.any()) for a in batch.advantages)
 
     def minibatch_weight(self, batch: PreparedBatch, minibatch_indices: Sequence[int]) -> float:
         """What `loss` divides a mini-batch's summed loss by (its trajectory count by default).

@@ -118,32 +118,22 @@ def episode_groups(trajectories: Sequence[Trajectory]) -> dict[int, list[list[in
     return groups
 
 
-def old_logprobs(
-    policy: Policy, trajectories: Sequence[Trajectory], temperature: float
-) -> tuple[list[torch.Tensor], float]:
-    """PPO's old log-probs, computed as the update will compute the new ones, and the mean
-    |sampling-time - old| log-prob over sampled tokens (0 where the sampler's are used as is).
+def sampler_logprobs(trajectories: Sequence[Trajectory]) -> list[torch.Tensor]:
+    """Each trajectory's sampling-time log-probs on its sampled tokens (float32, 0 elsewhere)."""
+    return [torch.as_tensor(t.logprobs, dtype=torch.float32) * torch.as_tensor(t.loss_mask) for t in trajectories]
 
-    Where the policy samples and updates in float32, the sampling log-probs are exact (cached
-    decoding and a full pass agree to float precision) and are used as they are. Otherwise
-    (bfloat16 sampling, or updates that compute in a 16-bit dtype) they differ from what the
-    update computes by more than a PPO ratio may tolerate, mostly on the uncertain tokens that
-    carry the gradient, so the sampled tokens are scored again without gradients in the update
-    dtype: the first epoch's ratio then starts at 1, whatever the sampling precision.
+
+def samples_as_it_updates(policy: Policy) -> bool:
+    """Whether the sampler's log-probs can be PPO's old log-probs as they are.
+
+    Where the policy samples and updates in float32 they are exact (cached decoding and a full
+    pass agree to ~1e-5). Otherwise (bfloat16 sampling, or updates in a 16-bit dtype) they
+    differ from what the update computes by more than a PPO ratio may tolerate, mostly on the
+    uncertain tokens that carry the gradient, so the update scores the sampled tokens again
+    without gradients, as its loss will (`GRPO.score_loss_inputs`): the first step's ratio is
+    then exactly 1, whatever the sampling precision.
     """
-    sampled = [torch.as_tensor(t.logprobs, dtype=torch.float32) * torch.as_tensor(t.loss_mask) for t in trajectories]
-    if policy.dtype == policy.update_dtype == torch.float32:
-        return sampled, 0.0
-    scored = policy.score(
-        [t.token_ids for t in trajectories],
-        [t.loss_mask for t in trajectories],
-        temperature=temperature,
-        in_update_dtype=True,
-    )
-    old = [s.detach().float().cpu() for s in scored]
-    tokens = sum(sum(t.loss_mask) for t in trajectories)
-    gap = sum(float((a - b).abs().sum()) for a, b in zip(sampled, old, strict=True))
-    return old, gap / max(tokens, 1)
+    return policy.dtype == policy.update_dtype == torch.float32
 
 
 def broadcast_advantage(advantage: float, loss_mask: Sequence[int]) -> torch.Tensor:
@@ -250,18 +240,12 @@ class GRPO(Algorithm):
                 for i in samples:
                     sequence_adv[i] = float(a)
         advantages = [broadcast_advantage(a, t.loss_mask) for a, t in zip(sequence_adv, trajectories, strict=True)]
-        old, sampler_gap = old_logprobs(policy, trajectories, self.config.temperature)
         outcome = [a.clone() for a in advantages]
-        reference = None
+        # The update scores these with its own micro-batches (`score_loss_inputs`); the KL
+        # reference always, since only its own packing makes the first step's KL exactly 0.
+        unscored = set() if samples_as_it_updates(policy) else {"old_logprobs"}
         if self.config.kl_coef > 0:
-            assert self.reference is not None
-            ref = self.reference.score(
-                [t.token_ids for t in trajectories],
-                [t.loss_mask for t in trajectories],
-                temperature=self.config.temperature,
-                in_update_dtype=True,
-            )
-            reference = [r.detach().float().cpu() for r in ref]
+            unscored.add("ref_logprobs")
         # Per episode (its first sample), whatever the layout.
         firsts = [episode[0] for episodes in groups.values() for episode in episodes]
         metrics = {
@@ -269,18 +253,56 @@ class GRPO(Algorithm):
             "num_groups": float(len(groups)),
             "zero_adv_group_frac": zero_groups / len(groups),
             "adv_abs_mean": float(np.mean([abs(sequence_adv[i]) for i in firsts])),
-            "sampler_logprob_gap": sampler_gap,
         }
         return PreparedBatch(
             trajectories=trajectories,
             rewards=rewards,
             advantages=advantages,
-            old_logprobs=old,
+            old_logprobs=sampler_logprobs(trajectories),
             metrics=metrics,
             audit=[],
             outcome_advantages=outcome,
-            ref_logprobs=reference,
+            unscored=frozenset(unscored),
         )
+
+    def score_loss_inputs(self, policy: Policy, batch: PreparedBatch, micro_batches: Sequence[Sequence[int]]) -> None:
+        """PPO's old log-probs and the KL reference's, where unscored (see `Algorithm.score_loss_inputs`)."""
+        if not batch.unscored:
+            return
+        rows = sorted(i for micro in micro_batches for i in micro)
+        if rows != list(range(len(batch.trajectories))):
+            raise ValueError(
+                f"score_loss_inputs needs micro-batches that hold each of the batch's {len(batch.trajectories)} rows "
+                f"once, got rows {rows}"
+            )
+        if "old_logprobs" in batch.unscored:
+            batch.old_logprobs = self._score_as_loss(policy, batch, micro_batches)
+        if "ref_logprobs" in batch.unscored:
+            assert self.reference is not None
+            batch.ref_logprobs = self._score_as_loss(self.reference, batch, micro_batches)
+        batch.unscored = frozenset()
+
+    def _score_as_loss(
+        self, policy: Policy, batch: PreparedBatch, micro_batches: Sequence[Sequence[int]]
+    ) -> list[torch.Tensor]:
+        """Every row's log-probs under ``policy`` without gradients, in the update dtype, one
+        call per micro-batch with its rows in `loss`'s order."""
+        scored = [torch.zeros(0)] * len(batch.trajectories)
+        for micro in micro_batches:
+            rows = [batch.trajectories[i] for i in micro]
+            logprobs = policy.score(
+                [t.token_ids for t in rows],
+                [t.loss_mask for t in rows],
+                temperature=self.config.temperature,
+                precision="update",
+            )
+            for i, row in zip(micro, logprobs, strict=True):
+                scored[i] = row.detach().float().cpu()
+        return scored
+
+    def has_learning_signal(self, batch: PreparedBatch) -> bool:
+        # The KL and entropy terms pull on the policy whatever the advantages are.
+        return self.config.kl_coef > 0 or self.config.entropy_coef > 0 or super().has_learning_signal(batch)
 
     def minibatch_weight(self, batch: PreparedBatch, minibatch_indices: Sequence[int]) -> float:
         return minibatch_normaliser([batch.trajectories[i].loss_mask for i in minibatch_indices], self.config.loss_agg)
@@ -299,6 +321,12 @@ class GRPO(Algorithm):
         missing = set(micro) - set(minibatch_indices)
         if missing:
             raise ValueError(f"micro-batch indices {sorted(missing)} are not in the mini-batch")
+        if batch.unscored:
+            raise ValueError(
+                f"the batch's {' and '.join(sorted(batch.unscored))} are not scored yet: an update scores them before "
+                "its first step (orsd_gym.train.update.score_loss_inputs); outside one, call "
+                "algorithm.score_loss_inputs(policy, batch, micro_batches) first, with the micro-batches you will pass"
+            )
         trajs = [batch.trajectories[i] for i in micro]
         normaliser = minibatch_normaliser([batch.trajectories[i].loss_mask for i in minibatch_indices], cfg.loss_agg)
         scored = policy.score(

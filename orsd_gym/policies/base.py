@@ -17,6 +17,8 @@ if TYPE_CHECKING:  # keep `import orsd_gym.policies.base` free of torch
     from orsd_gym.policies.chat import ChatRenderer
 
 FinishReason = Literal["stop", "eos", "length"]
+#: What a `Policy.score` pass computes in (see there).
+Precision = Literal["inference", "update", "weights"]
 
 
 @dataclass(frozen=True)
@@ -79,9 +81,9 @@ class Policy(Protocol):
 
     @property
     def update_dtype(self) -> torch.dtype:
-        """The dtype updates compute in. What enters a loss without gradients (PPO's old
-        log-probs, ORSD's replays, a KL reference) is scored in it too (``score(...,
-        in_update_dtype=True)``), so a loss compares numbers computed alike."""
+        """The dtype updates compute in. What a loss compares its forward with (PPO's old
+        log-probs, a KL reference's) is scored in it too (``score(..., precision="update")``),
+        so a loss compares numbers computed alike."""
 
     @property
     def max_positions(self) -> int:
@@ -114,17 +116,22 @@ class Policy(Protocol):
         with_grad: bool = False,
         return_entropy: bool = False,
         temperature: float = 1.0,
-        in_update_dtype: bool = False,
+        precision: Precision | None = None,
     ) -> list[torch.Tensor] | tuple[list[torch.Tensor], list[torch.Tensor]]:
         """Per-token log-probabilities of each sequence under the current weights.
 
         Returns one float tensor per sequence, of the sequence's length: entry ``t`` is
         ``log p(seq[t] | seq[:t])`` with logits divided by ``temperature`` (entry 0 is 0, it
         has no context). Positions whose loss mask is 0 may be left at 0. Batched in
-        micro-batches under a token budget. With ``return_entropy`` also returns the per-token
-        entropy of the predictive distribution. With ``with_grad`` the tensors carry gradients
-        to `trainable_parameters` (the caller backpropagates micro-batch by micro-batch).
-        Computed in `dtype`, or in `update_dtype` with ``with_grad`` or ``in_update_dtype``.
+        micro-batches under a token budget: in a 16-bit dtype a row's log-probs depend on the
+        rows it is padded with, so two calls round alike only when given the same rows in the
+        same order. With ``return_entropy`` also returns the per-token entropy of the predictive
+        distribution. With ``with_grad`` the tensors carry gradients to `trainable_parameters`
+        (the caller backpropagates micro-batch by micro-batch).
+
+        ``precision`` is what the pass computes in: "inference" (`dtype`), "update"
+        (`update_dtype`) or "weights" (the weights' own dtype, no autocast: float32 in every
+        mixed-precision setting); None: "update" with ``with_grad``, else "inference".
         """
 
     def next_token_logprobs(self, contexts: Sequence[Sequence[int]]) -> torch.Tensor:
@@ -141,6 +148,11 @@ class Policy(Protocol):
         sequences padded to ``length`` tokens adds: activations kept for backward, the
         recomputation of one layer, the LM-head chunks. Weights, gradients and optimiser state
         are not included. Used to size update micro-batches under a memory budget."""
+
+    def update_weight_copy_bytes(self) -> int:
+        """Bytes an update's forward and backward hold besides the weights whatever their
+        micro-batch: copies of the weights in `update_dtype` where it is narrower than theirs
+        (autocast caches them, and the graph keeps them for backward); 0 without autocast."""
 
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
         """Parameters the optimiser updates (LoRA adapters only, when LoRA is on)."""

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from orsd_gym.policies.base import Completion, SamplingParams
+from orsd_gym.policies.base import Completion, Precision, SamplingParams
 from orsd_gym.policies.chat import ChatRenderer
 from orsd_gym.policies.forward import CachedForward, checked_token_ids
 from orsd_gym.policies.kvcache import KVSession
@@ -57,7 +57,8 @@ class HFPolicy:
     ``token_budget`` caps ``rows * padded_length`` of one `score` / `next_token_logprobs`
     micro-batch; ``logits_chunk`` is how many positions go through the LM head at once (see
     `Scorer`); ``share_prefixes`` encodes once a prefix several rows of one call share;
-    ``inference_dtype`` / ``update_dtype`` compute below the weights' dtype through autocast.
+    ``inference_dtype`` / ``update_dtype`` compute below the weights' dtype through autocast
+    (`score`'s ``precision`` picks one, or the weights' own).
     """
 
     def __init__(
@@ -100,8 +101,8 @@ class HFPolicy:
         weights_dtype = self.weights_dtype
         #: The dtype sampling and scoring without gradients compute in.
         self.inference_dtype = compute_dtype(inference_dtype, weights_dtype, self.device.type, "inference_dtype")
-        #: The dtype updates compute in, and with it everything that enters a loss without
-        #: gradients: `score(..., in_update_dtype=True)`.
+        #: The dtype updates compute in, and with it what a loss compares its forward with:
+        #: `score(..., precision="update")`.
         self.update_dtype = compute_dtype(update_dtype, weights_dtype, self.device.type, "update_dtype")
 
     # A setting of one of the parts, read and written through the policy.
@@ -143,11 +144,14 @@ class HFPolicy:
     def new_session(self) -> KVSession:
         return KVSession()
 
-    def _computing(self, *, grad: bool = False, in_update_dtype: bool = False) -> Any:
-        """What a call computes in: `update_dtype` with gradients or when asked for (a loss's
-        inputs), `inference_dtype` otherwise."""
-        dtype = self.update_dtype if grad or in_update_dtype else self.inference_dtype
-        return computing_in(self.device.type, dtype, self.weights_dtype, grad=grad)
+    def _computing(self, *, grad: bool = False, precision: Precision | None = None) -> Any:
+        """Gradients on or off and the dtype of ``precision`` (`Policy.score`; None: "update"
+        with gradients, "inference" without)."""
+        dtypes = {"inference": self.inference_dtype, "update": self.update_dtype, "weights": self.weights_dtype}
+        precision = precision or ("update" if grad else "inference")
+        if precision not in dtypes:
+            raise ValueError(f"precision={precision!r}; choose one of {sorted(dtypes)}")
+        return computing_in(self.device.type, dtypes[precision], self.weights_dtype, grad=grad)
 
     # ------------------------------------------------------------------ protocol: sampling and scoring
     def generate(
@@ -180,7 +184,7 @@ class HFPolicy:
         with_grad: bool = False,
         return_entropy: bool = False,
         temperature: float = 1.0,
-        in_update_dtype: bool = False,
+        precision: Precision | None = None,
     ) -> list[torch.Tensor] | tuple[list[torch.Tensor], list[torch.Tensor]]:
         """See `Policy.score`. With ``loss_masks`` only mask-1 positions are computed (others 0).
 
@@ -189,7 +193,7 @@ class HFPolicy:
         sequences = checked_token_ids(sequences, self.vocab_size, "sequences")
         if temperature <= 0:
             raise ValueError(f"temperature must be > 0 for scoring, got {temperature}")
-        computing = self._computing(grad=with_grad, in_update_dtype=in_update_dtype)
+        computing = self._computing(grad=with_grad, precision=precision)
         with computing, phase("forward" if with_grad else "score"):
             logps, entropies = self.scorer.score(
                 sequences, loss_masks, with_grad=with_grad, return_entropy=return_entropy, temperature=temperature
@@ -205,6 +209,11 @@ class HFPolicy:
     # ------------------------------------------------------------------ protocol: memory
     def weight_bytes(self) -> int:
         return sum(p.numel() * p.element_size() for p in self.model.parameters())
+
+    def update_weight_copy_bytes(self) -> int:
+        """See `Policy.update_weight_copy_bytes`."""
+        narrow = self.update_dtype.itemsize
+        return sum(p.numel() * narrow for p in self.model.parameters() if p.element_size() > narrow)
 
     def update_activation_bytes(self, rows: int, length: int) -> int:
         """See `Policy.update_activation_bytes` (`llama_update_activation_bytes`)."""

@@ -18,7 +18,8 @@ class LoRASettings:
 
 
 def wrap_lora(model: Any, lora: LoRASettings | dict[str, Any]) -> Any:
-    """``model`` with trainable LoRA adapters and its own weights frozen."""
+    """``model`` with trainable LoRA adapters and its own weights frozen, in eval mode (peft
+    leaves its new modules in train mode, whose dropout would act while sampling)."""
     try:
         from peft import LoraConfig, get_peft_model
     except ImportError as error:  # pragma: no cover - peft is in the models extra
@@ -34,4 +35,4 @@ def wrap_lora(model: Any, lora: LoRASettings | dict[str, Any]) -> Any:
     with warnings.catch_warnings():
         # peft reads transformers' deprecated `is_gradient_checkpointing` alias: not the user's to fix.
         warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
-        return get_peft_model(model, config)
+        return get_peft_model(model, config).eval()

@@ -253,7 +253,8 @@ def load_policy(
     ``optim.micro_batch_tokens``); ``gradient_checkpointing`` trades recomputation for memory in
     updates (see `HFPolicy`). ``inference_dtype`` (e.g. ``"bfloat16"``; None: ``dtype``) is what
     sampling and scoring without gradients compute in, through autocast; ``update_dtype`` (None:
-    ``dtype``) is what updates, and the scoring of what enters a loss, compute in.
+    ``dtype``) is what updates compute in, and the no-grad scoring of what a loss compares its
+    forward with (PPO's old log-probs, a KL reference's).
     """
     from orsd_gym.policies.hf import HFPolicy, load_pretrained
 

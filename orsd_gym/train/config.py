@@ -70,8 +70,10 @@ class ModelConfig:
     gradient_checkpointing: bool = True
     #: What sampling and scoring without gradients compute in (None: `dtype`). "bfloat16" runs
     #: them through autocast on a float32 model (faster decoding on CPUs with bf16 instructions).
-    #: What enters a loss is never taken from it: PPO's old log-probs, ORSD's replays and the KL
-    #: reference are then scored again in `update_dtype` (one extra no-grad pass per iteration).
+    #: What enters a loss is never taken from it: PPO's old log-probs and the KL reference's are
+    #: then scored again by the update in `update_dtype`, micro-batch by micro-batch as the loss
+    #: scores them (one extra no-grad pass per iteration); ORSD's delta is always scored in the
+    #: weights' dtype (float32).
     inference_dtype: Literal["float32", "bfloat16", "float16"] | None = None
     #: What updates compute in (None: `dtype`): "bfloat16" over float32 weights is mixed
     #: precision (bf16 compute, float32 master weights and AdamW state), the GPU presets' choice.
@@ -199,8 +201,9 @@ class OptimConfig:
     #: Optimiser steps of linear learning-rate warm-up from 0.
     warmup_steps: int = 0
     #: Every N iterations, measure the outcome's and ORSD's correction's share of the update's
-    #: gradient on one micro-batch before updating (`orsd_gym.train.grad_share`: two or three
-    #: extra forward-backward passes); 0: never.
+    #: gradient on one micro-batch with an outcome signal before updating
+    #: (`orsd_gym.train.grad_share`: two to six extra forward-backward passes, within
+    #: ``max_memory_gb``); 0: never.
     gradient_share_every: int = 0
 
     def __post_init__(self) -> None:

@@ -62,6 +62,7 @@ from orsd_gym.train.update import (
     apply_optim_settings,
     check_trainable_precision,
     make_optimizer,
+    skip_update,
     update_policy,
 )
 from orsd_gym.train.warm_start import ensure_warm_start
@@ -371,17 +372,21 @@ class Trainer:
 
         view.phase(f"update {iteration + 1}")
         with phase("update") as timer:
-            losses = update_policy(
-                self.policy,
-                self.algorithm,
-                batch,
-                self.optimizer,
-                self.scheduler,
-                cfg.optim,
-                seed=seed,
-                iteration=iteration,
-                workers=workers,
-            )
+            # Decided together: every worker takes part in an update's all-reduces, or none does.
+            if any(workers.all_gather(self.algorithm.has_learning_signal(batch))):
+                losses = update_policy(
+                    self.policy,
+                    self.algorithm,
+                    batch,
+                    self.optimizer,
+                    self.scheduler,
+                    cfg.optim,
+                    seed=seed,
+                    iteration=iteration,
+                    workers=workers,
+                ) | {"skipped": 0.0}
+            else:
+                losses = skip_update(self.scheduler, cfg.optim, len(batch.trajectories))
         self._release_freed_memory()  # the update's gradients and activations
         record.update(namespaced(losses, "loss"))
         record["time/update"] = timer.seconds
@@ -425,8 +430,8 @@ class Trainer:
         )
 
     def _training_teacher(self, batch: PreparedBatch, iteration: int) -> dict[str, float]:
-        """Extra episodes of each shaped group's task with its rubric in context, paired with the
-        group's own attempts (each worker its own groups; worker 0 gets the metrics)."""
+        """Fresh episodes of each shaped group's task with its rubric in context and without it,
+        paired by group (each worker its own groups; worker 0 gets the metrics)."""
         cfg = self.config
         play = teacher_episodes(self.envs, self.policy, cfg, iteration_seed(cfg.train.seed, iteration, TEACHER))
         with phase("teacher"):

@@ -8,6 +8,11 @@ under a memory budget (``optim.max_memory_gb``), no more rows than its estimated
 allow (`activation_budget`), then clipped to ``optim.grad_clip``. The policy is in train mode
 (dropout on, e.g. LoRA's) only while it updates. The trainer and the benchmarks both call `update_policy`.
 
+Before anything runs the loss, the update scores what `prepare` left to it (`score_loss_inputs`:
+PPO's old log-probs unless they are the sampler's own, the KL reference's) with its first
+epoch's micro-batches: in a 16-bit update dtype a row's log-probs depend on how far its
+micro-batch pads it, so only the update's own packing makes the first step's ratio exactly 1.
+
 Data-parallel workers (`orsd_gym.train.workers`) each split their own batch into the same
 number of mini-batches and all-reduce the accumulated gradients before clipping, so every
 optimiser step is one step on the union of the workers' mini-batches, clipped by its global
@@ -17,6 +22,7 @@ norm, and the replicas stay identical.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable
 
 import numpy as np
@@ -28,7 +34,7 @@ from orsd_gym.policies.base import Policy
 from orsd_gym.policies.batching import longest_first, micro_batches
 from orsd_gym.profiling import phase
 from orsd_gym.train.config import OptimConfig
-from orsd_gym.train.grad_share import gradient_share, sample_micro_batch
+from orsd_gym.train.grad_share import measure_gradient_share
 from orsd_gym.train.seeds import GRAD_SHARE, UPDATE, iteration_rng
 from orsd_gym.train.workers import SINGLE, Workers
 
@@ -49,15 +55,17 @@ def update_policy(
     micro-batch, mini-batch and epoch (of every worker; ``tokens``: their total), and the mean
     grad norm. Every ``optim.gradient_share_every`` iterations, first the outcome's and the
     correction's share of the gradient on one micro-batch (`orsd_gym.train.grad_share`; this
-    worker's)."""
+    worker's). ``algo/sampler_logprob_gap``: see `sampler_logprob_gap`."""
+    # Before anything runs the loss, the gradient share included.
+    score_loss_inputs(policy, algorithm, batch, optim, seed=seed, iteration=iteration, workers=workers)
     share = {}
     if optim.gradient_share_every and iteration % optim.gradient_share_every == 0:
         with phase("grad_share") as timer:
             rng = iteration_rng(seed, iteration, GRAD_SHARE, *workers.stream())
-            fits = _fits(policy, algorithm, optim)
-            lengths = [len(t.token_ids) for t in batch.trajectories]
-            chunks = micro_batches(range(len(lengths)), lengths, optim.micro_batch_tokens, fits)
-            share = gradient_share(policy, algorithm, batch, sample_micro_batch(chunks, rng))
+            budget = activation_budget(policy, algorithm, optim)
+            share = measure_gradient_share(
+                policy, algorithm, batch, rng, token_budget=optim.micro_batch_tokens, activation_budget=budget
+            )
         share["time/grad_share"] = timer.seconds
     policy.set_training(True)
     try:
@@ -66,23 +74,88 @@ def update_policy(
         policy.set_training(False)
 
 
+def skip_update(scheduler: torch.optim.lr_scheduler.LRScheduler, optim: OptimConfig, rows: int) -> dict[str, float]:
+    """What an update with no learning signal anywhere does instead of zero-gradient steps (which
+    would still move the weights through AdamW's momentum and weight decay): nothing, but the
+    learning-rate schedule advances by the steps it would have taken, so it stays tied to the
+    iteration. Returns the update's metrics: ``skipped``."""
+    with warnings.catch_warnings():
+        # torch warns when a schedule advances before any optimiser step; skipping one is why.
+        warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)` before")
+        for _ in range(optim.epochs * min(optim.minibatches, max(rows, 1))):
+            scheduler.step()
+    return {"skipped": 1.0}
+
+
+def score_loss_inputs(
+    policy: Policy,
+    algorithm: Algorithm,
+    batch: PreparedBatch,
+    optim: OptimConfig,
+    *,
+    seed: int,
+    iteration: int,
+    workers: Workers = SINGLE,
+) -> None:
+    """Score what `prepare` left unscored (`PreparedBatch.unscored`), without gradients and
+    before the first step, micro-batch by micro-batch with exactly the first epoch's
+    micro-batches: every row is padded as in the loss's forward, so in a 16-bit update dtype
+    both round alike and the first step's ratio is exactly 1 and its KL exactly 0. (Later epochs
+    pack their rows afresh, and with them that dtype's padding noise.) Call it in eval mode, so
+    that dropout leaves the old log-probs alone."""
+    if not batch.unscored:
+        return
+    lengths = [len(t.token_ids) for t in batch.trajectories]
+    plan = _epoch_plan(lengths, optim, _fits(policy, algorithm, optim), seed, iteration, 0, workers)
+    with phase("loss_inputs"):
+        algorithm.score_loss_inputs(policy, batch, [micro for _, micros in plan for micro in micros])
+
+
+def sampler_logprob_gap(batch: PreparedBatch, workers: Workers = SINGLE) -> float:
+    """Mean |sampling-time - old| log-prob over the sampled tokens of every worker's batch: how
+    far the sampler's numbers are from what the loss compares with (0 where they are the same)."""
+    gap = tokens = 0.0
+    for trajectory, old in zip(batch.trajectories, batch.old_logprobs, strict=True):
+        mask = torch.as_tensor(trajectory.loss_mask, dtype=torch.bool)
+        sampled = torch.as_tensor(trajectory.logprobs, dtype=torch.float32)
+        gap += float((sampled[mask] - old[mask]).abs().sum())
+        tokens += float(mask.sum())
+    total = workers.sum({"gap": gap, "tokens": tokens})
+    return total["gap"] / max(total["tokens"], 1.0)
+
+
+def _epoch_plan(
+    lengths: list[int],
+    optim: OptimConfig,
+    fits: Callable[[int, int], bool] | None,
+    seed: int,
+    iteration: int,
+    epoch: int,
+    workers: Workers,
+) -> list[tuple[list[int], list[list[int]]]]:
+    """An epoch's mini-batches (a fresh permutation from the run's seed), each with its
+    micro-batches. Longest first: a micro-batch pads its rows to its longest, so rows of similar
+    length go together (per-step samples differ by a page); the sum is the same."""
+    order = iteration_rng(seed, iteration, UPDATE, epoch, *workers.stream()).permutation(len(lengths))
+    plan = []
+    for minibatch in np.array_split(order, min(optim.minibatches, len(lengths))):
+        minibatch = [int(i) for i in minibatch]
+        by_length = [minibatch[i] for i in longest_first([lengths[j] for j in minibatch])]
+        plan.append((minibatch, micro_batches(by_length, lengths, optim.micro_batch_tokens, fits)))
+    return plan
+
+
 def _optimise(
     policy, algorithm, batch, optimizer, scheduler, optim: OptimConfig, seed: int, iteration: int, workers: Workers
 ):
-    n = len(batch.trajectories)
     fits = _fits(policy, algorithm, optim)
     lengths = [len(t.token_ids) for t in batch.trajectories]
     sums: dict[str, float] = {}
     grad_norms = []
     for epoch in range(optim.epochs):
-        order = iteration_rng(seed, iteration, UPDATE, epoch, *workers.stream()).permutation(n)
-        for minibatch in np.array_split(order, min(optim.minibatches, n)):
-            minibatch = [int(i) for i in minibatch]
+        for minibatch, micros in _epoch_plan(lengths, optim, fits, seed, iteration, epoch, workers):
             optimizer.zero_grad(set_to_none=True)
-            # Longest first: a micro-batch pads its rows to its longest, so rows of similar
-            # length go together (per-step samples differ by a page). The sum is the same.
-            by_length = [minibatch[i] for i in longest_first([lengths[j] for j in minibatch])]
-            for micro in micro_batches(by_length, lengths, optim.micro_batch_tokens, fits):
+            for micro in micros:
                 loss, metrics = algorithm.loss(policy, batch, micro, minibatch_indices=minibatch)
                 with phase("backward"):
                     loss.backward()
@@ -105,6 +178,8 @@ def _optimise(
     total = sums.get("tokens", 0.0)
     out = {key: value if key == "tokens" else value / max(total, 1.0) for key, value in sums.items()}
     out["grad_norm"] = float(np.mean(grad_norms)) if grad_norms else 0.0
+    # An algorithm's metric ("algo/", as `prepare`'s), measured here where the old log-probs are final.
+    out["algo/sampler_logprob_gap"] = sampler_logprob_gap(batch, workers)
     return out
 
 
@@ -123,18 +198,20 @@ RUNTIME_ALLOWANCE_GB = 0.8
 def activation_budget(policy: Policy, algorithm: Algorithm, optim: OptimConfig) -> int | None:
     """Bytes one micro-batch's forward and backward may add under ``optim.max_memory_gb``
     (None without a memory budget): the budget less the weights, their gradients and AdamW's
-    two moments, the algorithm's frozen models and `RUNTIME_ALLOWANCE_GB`."""
+    two moments, autocast's copies of the weights in a narrower update dtype, the algorithm's
+    frozen models and `RUNTIME_ALLOWANCE_GB`."""
     if optim.max_memory_gb is None:
         return None
     trainable = sum(p.numel() * p.element_size() for p in policy.trainable_parameters())
     frozen = sum(m.weight_bytes() for m in (algorithm.reference, algorithm.verifier) if m is not None)
-    state = policy.weight_bytes() + 3 * trainable + frozen
+    state = policy.weight_bytes() + policy.update_weight_copy_bytes() + 3 * trainable + frozen
     budget = int((optim.max_memory_gb - RUNTIME_ALLOWANCE_GB) * 1e9) - state
     smallest = policy.update_activation_bytes(1, 256)
     if budget < smallest:
         raise MemoryBudgetError(
             f"optim.max_memory_gb={optim.max_memory_gb} leaves {budget / 1e9:.2f} GB for an update's activations "
-            f"(weights, gradients, optimiser state and frozen models take {state / 1e9:.2f} GB, the runtime "
+            f"(weights, their update-dtype copies, gradients, optimiser state and frozen models take "
+            f"{state / 1e9:.2f} GB, the runtime "
             f"{RUNTIME_ALLOWANCE_GB} GB), less than one 256-token sequence needs ({smallest / 1e9:.2f} GB); raise it, "
             "or turn on model.gradient_checkpointing or model.lora.enabled"
         )

@@ -117,9 +117,10 @@ class ORSDConfig(GRPOConfig):
     #: Subtract each trajectory's mean delta (removes a rubric's uniform shift of every token;
     #: the ``normalized`` scale is then measured on the centred delta).
     center_delta: bool = False
-    #: Where delta's "without rubric" log-probs come from: "rollout" (the batch's old log-probs,
-    #: PPO's: no extra pass) or "rescore" (a separate scoring pass of the original sequences).
-    #: Both are in the update dtype, like the "with" side; "auto" is "rollout".
+    #: Where delta's "without rubric" log-probs come from: "rollout" (the sampler's own where it
+    #: samples in float32: no extra pass; else a float32 pass) or "rescore" (always a float32
+    #: pass of the original sequences). Both sides of delta are computed in the weights' own
+    #: precision (float32 in the mixed-precision presets), whatever `update_dtype` is; "auto" is "rollout".
     delta_baseline: DeltaBaseline | Literal["auto"] = "auto"
     #: "raw": the correction is ``beta * clip(delta)`` in nats; "normalized": each group's delta is
     #: rescaled so its mean |clip(delta)| equals the group's mean |advantage| (`group_delta_scale`),
@@ -297,7 +298,6 @@ class ORSD(GRPO):
                 placement=cfg.rubric_placement,
                 template=cfg.rubric_template,
                 baseline="rescore" if cfg.delta_baseline == "rescore" else "rollout",
-                old_logprobs=[batch.old_logprobs[i] for i in replay_indices],
             )
             for i, delta in zip(replay_indices, replayed, strict=True):
                 deltas[i] = delta

@@ -8,13 +8,14 @@ temperature:
 
     delta_t = log p(y_t | rubric, prefix) - log p(y_t | prefix)   on mask-1 tokens, 0 elsewhere
 
-Both sides of delta are computed as the update computes the loss (the policy's update dtype),
-so delta means the same whatever precision sampling ran in. The "without rubric" side
-(``baseline``) is the batch's old log-probs ("rollout": PPO's, `orsd_gym.algos.grpo.old_logprobs`:
-the sampler's own where it samples in float32 like the update, else a scoring pass in the update
-dtype) or a separate scoring pass of the original sequences ("rescore"). Computed in bfloat16,
-the two sides would each carry bf16 noise of the size of delta itself (measured:
-benchmarks/README.md).
+Both sides of delta are computed in the weights' own precision (``precision="weights"``:
+float32 in every mixed-precision setting, autocast off), whatever dtype sampling and updates
+compute in; delta never meets a gradient, so nothing needs it in the update's dtype. The
+"without rubric" side (``baseline``) is the sampler's own log-probs where it samples in float32
+("rollout": cached decoding agrees with a full pass to ~1e-5; sampling in bfloat16, a float32
+pass instead) or always a float32 pass of the original sequences ("rescore"). Computed in
+bfloat16, the two sides would each carry bf16 noise of the size of delta itself (measured:
+README, "Precision").
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Literal
 
 import torch
 
-from orsd_gym.algos.grpo import old_logprobs as batch_old_logprobs
+from orsd_gym.algos.grpo import sampler_logprobs
 from orsd_gym.errors import ReplayError
 from orsd_gym.policies.base import Completion, FinishReason, Policy
 from orsd_gym.rollout.trajectory import Trajectory
@@ -85,13 +86,11 @@ def replay_deltas(
     placement: Placement = "system",
     template: str = DEFAULT_RUBRIC_TEMPLATE,
     baseline: DeltaBaseline = "rollout",
-    old_logprobs: Sequence[torch.Tensor] | None = None,
     force_score: bool = False,
 ) -> list[torch.Tensor]:
-    """delta per token of each trajectory (float32, full length, 0 on mask-0 tokens).
-
-    ``old_logprobs`` (one per trajectory) are the batch's old log-probs, the "rollout" baseline
-    (`PreparedBatch.old_logprobs`); None: computed here as a trainer computes them.
+    """delta per token of each trajectory (float32, full length, 0 on mask-0 tokens), both sides
+    in the weights' precision (see the module docstring). The trajectories must have been sampled
+    by ``policy`` as it is now: "rollout" reads their sampling log-probs.
 
     A trajectory whose privileged prompt renders to exactly its original prompt (empty rubric)
     has the same context under the same weights, so its delta is exactly 0 and it is not
@@ -101,8 +100,6 @@ def replay_deltas(
         raise ValueError(f"delta baseline must be 'rollout' or 'rescore', got {baseline!r}")
     if len(trajectories) != len(rubrics):
         raise ValueError(f"{len(trajectories)} trajectories but {len(rubrics)} rubrics")
-    if old_logprobs is not None and len(old_logprobs) != len(trajectories):
-        raise ValueError(f"{len(trajectories)} trajectories but {len(old_logprobs)} old log-prob tensors")
     deltas = [torch.zeros(len(t.token_ids), dtype=torch.float32) for t in trajectories]
     sequences, masks, plan = [], [], []
     for index, (trajectory, rubric) in enumerate(zip(trajectories, rubrics, strict=True)):
@@ -120,19 +117,17 @@ def replay_deltas(
         plan.append((index, positions))
     if not sequences:
         return deltas
-    scored = policy.score(sequences, masks, temperature=temperature, in_update_dtype=True)
+    scored = policy.score(sequences, masks, temperature=temperature, precision="weights")
     replayed = [trajectories[index] for index, _ in plan]
-    if baseline == "rescore":
+    if baseline == "rollout" and policy.dtype == torch.float32:
+        without = sampler_logprobs(replayed)
+    else:
         without = policy.score(
             [t.token_ids for t in replayed],
             [t.loss_mask for t in replayed],
             temperature=temperature,
-            in_update_dtype=True,
+            precision="weights",
         )
-    elif old_logprobs is not None:
-        without = [old_logprobs[index] for index, _ in plan]
-    else:
-        without = batch_old_logprobs(policy, replayed, temperature)[0]
     for k, ((index, positions), with_rubric) in enumerate(zip(plan, scored, strict=True)):
         old_at, new_at = (
             torch.as_tensor(positions[0], dtype=torch.long),
