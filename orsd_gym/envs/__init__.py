@@ -4,6 +4,7 @@ Importing this package registers the built-in envs with lazy entry points; it im
 an env's engine (TextWorld, the WebShop catalog) nor torch.
 """
 
+from orsd_gym.envs.adapters import adapter_description
 from orsd_gym.envs.base import StepOutcome, TextEnv
 from orsd_gym.envs.registry import TextEnvInfo, register_text_env, registered_text_envs
 from orsd_gym.envs.spaces import UnicodeText
@@ -26,6 +27,20 @@ register_text_env(
     "orsd_gym.envs.examples.guess_number:GuessNumberEnv",
     max_episode_steps=10,
     description="Example env: find a hidden number with higher/lower feedback (engine-free, fast).",
+)
+# Other libraries' envs (optional extras; see orsd_gym.envs.adapters).
+register_text_env(
+    "ReasoningGym",
+    "orsd_gym.envs.adapters.reasoning_gym_env:ReasoningGymEnv",
+    description=adapter_description(
+        "reasoning-gym datasets, one question per episode (dataset=NAME).", "reasoning_gym", "reasoning-gym"
+    ),
+)
+register_text_env(
+    "TextArena",
+    "orsd_gym.envs.adapters.textarena_env:TextArenaEnv",
+    max_episode_steps=100,
+    description=adapter_description("TextArena's single-player games (game=ID).", "textarena", "textarena"),
 )
 
 __all__ = [
