@@ -115,6 +115,23 @@ def test_two_workers_lend_shuffled_rubrics_as_one_process_does(ray_cluster, tmp_
     assert max(float((single[k] - parallel[k]).abs().max()) for k in single) < 1e-5
 
 
+def test_two_workers_take_the_one_worker_gigpo_step(ray_cluster, tmp_path):
+    """GiGPO's anchor groups stay within a task's group, which one worker plays whole, and its
+    anchor statistics pool every worker's turns: 2 workers step as 1 does."""
+    gigpo = ["algo.name=gigpo", "algo.per_algo.gigpo.omega=0.5", "train.iterations=1", "eval.every=0"]
+    one, two = tmp_path / "one", tmp_path / "two"
+    train(load_config(None, [*RUN, *gigpo, f"train.output_dir={one}"]))
+    train(load_config(None, [*RUN, *gigpo, "train.workers=2", f"train.output_dir={two}"]))
+    single = load_checkpoint(one / "checkpoints" / "iter_000001").policy_state
+    parallel = load_checkpoint(two / "checkpoints" / "iter_000001").policy_state
+    assert max(float((single[k] - parallel[k]).abs().max()) for k in single) < 1e-5
+    [a], [b] = read_metrics(one / "metrics.jsonl"), read_metrics(two / "metrics.jsonl")
+    # One turn per episode, all from the task's reset observation: every turn is anchored.
+    assert a["gigpo/anchored_turn_frac"] == b["gigpo/anchored_turn_frac"] == 1.0
+    for key in ("gigpo/anchor_group_size", "gigpo/step_adv_abs_mean", "gigpo/episode_adv_abs_mean"):
+        assert b[key] == pytest.approx(a[key], rel=1e-6)
+
+
 def _train_cli(out: Path) -> subprocess.Popen:
     """A 2-worker ``orsd-gym train`` driver on the test session's Ray (found through RAY_ADDRESS)."""
     code = "import sys; from orsd_gym.cli import main; sys.exit(main(sys.argv[1:]))"

@@ -163,7 +163,7 @@ def test_registry_and_config_validation():
         make_algorithm("grpo", {"loss_agg": "sum"})
     with pytest.raises(ConfigError, match="kl_coef"):
         coerce_config(GRPOConfig, {"kl_coef": "a lot"})
-    with pytest.raises(UnknownAlgorithmError, match="registered: grpo, orsd"):
+    with pytest.raises(UnknownAlgorithmError, match="registered: gigpo, grpo, orsd"):
         make_algorithm("ppo")
     with pytest.raises(ValueError, match="reference"):
         make_algorithm("grpo", {"kl_coef": 0.1})

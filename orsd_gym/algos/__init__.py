@@ -1,6 +1,6 @@
-"""Advantage estimators and losses: GRPO, ORSD, behind one `Algorithm` interface and a registry.
+"""Advantage estimators and losses: GRPO, ORSD, GiGPO, behind one `Algorithm` interface and a registry.
 
-``make_algorithm("grpo" | "orsd", config)`` builds one; ``ALGORITHMS`` lists what is registered.
+``make_algorithm("grpo" | "orsd" | "gigpo", config)`` builds one; ``ALGORITHMS`` lists what is registered.
 """
 
 from orsd_gym.algos.base import (
@@ -11,6 +11,7 @@ from orsd_gym.algos.base import (
     make_algorithm,
     register_algorithm,
 )
+from orsd_gym.algos.gigpo import GiGPO, GiGPOConfig
 from orsd_gym.algos.grpo import GRPO, GRPOConfig
 from orsd_gym.algos.orsd import ORSD, ORSDConfig
 from orsd_gym.algos.rewards import RewardConfig, trajectory_reward
@@ -21,6 +22,8 @@ __all__ = [
     "Algorithm",
     "GRPO",
     "GRPOConfig",
+    "GiGPO",
+    "GiGPOConfig",
     "ORSD",
     "ORSDConfig",
     "PreparedBatch",

@@ -65,3 +65,22 @@ def trajectory_reward(trajectory: Trajectory, config: RewardConfig) -> float:
     else:
         reward = config.success_reward * float(bool(trajectory.success))
     return float(reward - sum(turn_penalties(trajectory, config)))
+
+
+def turn_rewards(trajectory: Trajectory, config: RewardConfig) -> list[float]:
+    """The reward of each turn under ``config``; they sum to `trajectory_reward`.
+
+    A turn gets the outcome where the env paid it, less its own penalty: with outcome "return"
+    the env's reward after the turn; with "success", ``success_reward`` on the turn that won
+    (the first whose info says ``won``; the last turn of a won episode whose infos never say
+    so) and 0 on the others.
+    """
+    penalties = turn_penalties(trajectory, config)
+    if config.outcome == "return":
+        outcomes = [float(r) for r in trajectory.rewards]
+    else:
+        outcomes = [0.0] * len(penalties)
+        if trajectory.success and outcomes:
+            won = [k for k, info in enumerate(trajectory.infos[1:]) if info.get("won")]
+            outcomes[won[0] if won else len(outcomes) - 1] = config.success_reward
+    return [outcome - penalty for outcome, penalty in zip(outcomes, penalties, strict=True)]

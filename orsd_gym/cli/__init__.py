@@ -19,11 +19,12 @@ from orsd_gym.errors import OrsdGymError
 #: name -> (module under orsd_gym.cli, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "envs": ("envs", "list the registered text envs"),
+    "algos": ("algos", "list the registered algorithms and what each builds on"),
     "demo": ("demo", "the embedded main job (what `make demo` runs)"),
-    "train": ("train", "train a policy with GRPO or ORSD from a YAML config"),
+    "train": ("train", "train a policy with a registered algorithm (GRPO, ORSD, GiGPO) from a YAML config"),
     "eval": ("evaluate", "evaluate a checkpoint on held-out tasks"),
     "compare": ("compare", "plain GRPO vs ORSD on one env: train, evaluate, write a report"),
-    "inspect": ("inspect", "show a trajectory's token-level credit (ORSD correction, GRPO advantage)"),
+    "inspect": ("inspect", "show a trajectory's token-level credit (advantages, ORSD's correction, GiGPO's step)"),
     "play": ("play", "play an env yourself in the terminal"),
     "rollout": ("rollout", "play a model on an env and write Trajectories (JSONL) with a summary"),
     "config": ("config", "show the resolved config of a YAML file and overrides"),

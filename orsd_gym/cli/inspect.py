@@ -18,6 +18,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--iteration", type=int, default=1, help="training iteration (1-based, as in metrics.jsonl)")
     parser.add_argument("--trajectory", type=int, default=0, help="index of the trajectory within the iteration")
     parser.add_argument("--html", help="also write a standalone HTML file here")
+    parser.add_argument(
+        "--colour",
+        help=(
+            "the per-token series that colours the model's tokens (default: the algorithm's own, ORSD's "
+            "orsd_delta or GiGPO's gigpo_step_advantage; 'advantages': the advantage itself)"
+        ),
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -25,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     if not config_path.is_file():
         raise UsageError(f"{args.run_dir} is not a run directory (no config.yaml)")
     model_name = yaml.safe_load(config_path.read_text())["model"]["name"]
-    view = load_credit(args.run_dir, args.iteration, args.trajectory, load_tokenizer(model_name))
+    view = load_credit(args.run_dir, args.iteration, args.trajectory, load_tokenizer(model_name), args.colour)
     render_terminal(view, Console())
     if args.html:
         Path(args.html).write_text(render_html(view), encoding="utf-8")

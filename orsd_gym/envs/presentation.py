@@ -1,14 +1,16 @@
-"""How an env is presented: to the acting model, to ORSD's rubric writer, and as expert criteria.
+"""How an env is presented: to the acting model, to ORSD's rubric writer, as expert criteria,
+and how its states are told apart.
 
 Each env owns its presentation as `TextEnv` hooks (class attributes and class methods, so they
 are read without making the env): its `EnvPrompt` (the system prompt, whether its admissible
 actions are listed, the no-op action), its rubric worked examples (`WorkedExample`: a proposal
-request for another task answered with a bundle, which helps a small model write one) and how
-its expert's plan reads as process criteria (`Criterion`). The defaults here are generic: a
-plain prompt, no worked example, criteria that quote the plan's actions. Rollouts and
-algorithms ask by env id (`prompt_for`, `examples_for`, `expert_criteria_for`) and never name
-an env; an id that is not a `TextEnv` (any Gymnasium text env) gets the defaults, or the prompt
-given to `register_env_prompt`.
+request for another task answered with a bundle, which helps a small model write one), how
+its expert's plan reads as process criteria (`Criterion`) and what keys a state (`state_key`,
+GiGPO's anchor states). The defaults here are generic: a plain prompt, no worked example,
+criteria that quote the plan's actions, a state keyed by its observation text. Rollouts and
+algorithms ask by env id (`prompt_for`, `examples_for`, `expert_criteria_for`, `state_key_for`)
+and never name an env; an id that is not a `TextEnv` (any Gymnasium text env) gets the
+defaults, or the prompt given to `register_env_prompt`.
 """
 
 from __future__ import annotations
@@ -131,6 +133,19 @@ class DefaultPresentation:
         most telling ``max_criteria``)."""
         return generic_criteria(actions, max_criteria)
 
+    @classmethod
+    def state_key(cls, observation: str, info: Mapping[str, Any]) -> str:
+        """What says which state ``observation`` (with the ``info`` that came with it) shows, so
+        that turns of different attempts at one task can be compared: turns whose keys are equal
+        acted in the same state (GiGPO's anchor states, `orsd_gym.algos.gigpo`). By default the
+        observation text exactly as the env gave it; an env whose observation leaves out part of
+        the state, or holds what is not state (a step counter, a timestamp), says what to key on."""
+        return observation
+
+
+#: `DefaultPresentation.state_key`: (observation, its info) -> the state's key.
+StateKey = Callable[[str, Mapping[str, Any]], str]
+
 
 def prompt_for(env_id: str | None) -> EnvPrompt:
     return _PROMPT_OVERRIDES.get(env_id or "") or presenter(env_id).prompt
@@ -150,3 +165,7 @@ def example_for(env_id: str | None, task: str, info: Mapping[str, Any]) -> Worke
 
 def expert_criteria_for(env_id: str | None, actions: list[str], max_criteria: int) -> list[Criterion]:
     return presenter(env_id).expert_criteria(actions, max_criteria)
+
+
+def state_key_for(env_id: str | None) -> StateKey:
+    return presenter(env_id).state_key

@@ -1,10 +1,12 @@
 """Token-level credit of a training iteration (what ``orsd-gym inspect`` shows).
 
 Reads what the trainer audits each iteration (``RUN_DIR/audit/iter_N/``: trajectories, the
-per-token extras and the per-group records) and shows one trajectory with every
-model-generated token coloured by its ORSD correction (green raises the token's advantage,
-red lowers it), its GRPO advantage, the rubric that produced the correction, and the prompt and
-observations greyed out; in the terminal (rich) and as a standalone HTML file.
+per-token series and the per-group records) and shows one trajectory with every
+model-generated token coloured by one per-token series (green above 0, red below): by default
+the first the algorithm recorded beside the advantages (ORSD's delta, GiGPO's step advantage),
+or any series by name (``advantages``: the per-token advantage itself). Beside it: the GRPO
+advantage, the rubric of the trajectory's group where the algorithm chose one, and the prompt
+and observations greyed out; in the terminal (rich) and as a standalone HTML file.
 """
 
 from __future__ import annotations
@@ -21,12 +23,16 @@ from rich.text import Text
 from orsd_gym.errors import AuditNotFoundError
 from orsd_gym.rollout.trajectory import Trajectory, load_jsonl
 
+#: Series of an audit that are not an algorithm's own (what `PreparedBatch.inspection` adds).
+_COMMON_SERIES = ("advantages", "grpo_advantage", "ref_logprobs")
+
 
 @dataclass
 class TokenCredit:
     text: str
     kind: str  # "prompt" | "model" | "env"
     advantage: float | None
+    #: The token's value of the series the view is coloured by (None: not a sampled token).
     delta: float | None
 
 
@@ -36,6 +42,13 @@ class CreditView:
     tokens: list[TokenCredit]
     group: dict[str, Any] | None
     grpo_advantage: float | None
+    #: The name of the per-token series the tokens are coloured by.
+    shading: str = "orsd_delta"
+
+    @property
+    def has_rubric(self) -> bool:
+        """The algorithm chooses rubrics (ORSD): its group records say which, if any."""
+        return bool(self.group) and ("selected_rubric" in self.group or "rubric" in self.group)
 
     @property
     def rubric(self) -> Any:
@@ -58,8 +71,11 @@ def audit_dir(run_dir: str | Path, iteration: int) -> Path:
     return path
 
 
-def load_credit(run_dir: str | Path, iteration: int, index: int, tokenizer: Any) -> CreditView:
-    """Token-level credit of trajectory ``index`` of iteration ``iteration`` of a run."""
+def load_credit(
+    run_dir: str | Path, iteration: int, index: int, tokenizer: Any, colour_by: str | None = None
+) -> CreditView:
+    """Token-level credit of trajectory ``index`` of iteration ``iteration`` of a run, coloured by
+    the audit's series ``colour_by`` (default: `default_shading`)."""
     directory = audit_dir(run_dir, iteration)
     trajectories = load_jsonl(directory / "trajectories.jsonl")
     if not 0 <= index < len(trajectories):
@@ -68,14 +84,26 @@ def load_credit(run_dir: str | Path, iteration: int, index: int, tokenizer: Any)
         )
     extras = json.loads((directory / "token_extras.json").read_text())
     groups = json.loads((directory / "groups.json").read_text())
+    shading = colour_by or default_shading(extras)
+    if shading not in extras:
+        raise AuditNotFoundError(
+            f"iteration {iteration} recorded no per-token series {shading!r} (it has: {', '.join(extras)})"
+        )
     return credit_view(
         trajectories[index],
         tokenizer,
         advantages=_row(extras, "advantages", index),
-        delta=_row(extras, "orsd_delta", index),
+        delta=_row(extras, shading, index),
         grpo_advantage=_row(extras, "grpo_advantage", index),
         groups=groups,
+        shading=shading,
     )
+
+
+def default_shading(extras: dict[str, list]) -> str:
+    """The series a view is coloured by unless told: the first the algorithm recorded of its own
+    (ORSD's ``orsd_delta``, GiGPO's ``gigpo_step_advantage``), else the advantages themselves."""
+    return next((name for name in extras if name not in _COMMON_SERIES), "advantages")
 
 
 def _row(extras: dict[str, list], key: str, index: int) -> list[float] | None:
@@ -91,9 +119,11 @@ def credit_view(
     delta: Sequence[float] | None = None,
     grpo_advantage: Sequence[float] | None = None,
     groups: Sequence[dict[str, Any]] = (),
+    shading: str = "orsd_delta",
 ) -> CreditView:
     """Credit view of one trajectory from per-token rows (lists or tensors aligned with its tokens)
-    and the algorithm's per-group audit records (to find the rubric of its group)."""
+    and the algorithm's per-group audit records (to find the rubric of its group); ``delta`` is
+    the row the tokens are coloured by, the series named ``shading`` (ORSD's delta by default)."""
     advantages, delta, grpo_advantage = (_as_list(v) for v in (advantages, delta, grpo_advantage))
     kinds = ["prompt"] * len(trajectory.token_ids)
     for span in trajectory.spans:
@@ -111,12 +141,12 @@ def credit_view(
                 delta=delta[t] if delta is not None and learn else None,
             )
         )
-    # The GRPO advantage is one value per sequence; without ORSD it is the advantage itself.
+    # The GRPO advantage is one value per sequence; without a correction it is the advantage itself.
     source = grpo_advantage if grpo_advantage is not None else (advantages if delta is None else None)
     first = next((t for t, m in enumerate(trajectory.loss_mask) if m), None)
     grpo_value = source[first] if source is not None and first is not None else None
     group = next((g for g in groups if g.get("group_id") == trajectory.group_id), None)
-    return CreditView(trajectory, tokens, group, grpo_value)
+    return CreditView(trajectory, tokens, group, grpo_value, shading)
 
 
 def _as_list(values: Any) -> list[float] | None:
@@ -139,9 +169,11 @@ def render_terminal(view: CreditView, console: Any) -> None:
         f"reward {traj.episode_return:.3f}, success {traj.success}, GRPO advantage "
         f"{view.grpo_advantage if view.grpo_advantage is not None else 'n/a'}"
     )
-    console.print(
-        f"[bold]rubric[/bold] {json.dumps(view.rubric) if view.rubric else '(none selected: zero correction)'}"
-    )
+    if view.has_rubric:
+        console.print(
+            f"[bold]rubric[/bold] {json.dumps(view.rubric) if view.rubric else '(none selected: zero correction)'}"
+        )
+    console.print(f"[dim]model tokens coloured by {view.shading}: green above 0, red below[/dim]")
     scale = _scale(view)
     text = Text()
     for token in view.tokens:
@@ -172,14 +204,9 @@ def render_html(view: CreditView) -> str:
             continue
         strength = min(1.0, abs(token.delta) / scale)
         colour = f"rgba(0,160,0,{strength:.2f})" if token.delta >= 0 else f"rgba(200,0,0,{strength:.2f})"
-        title += f"; ORSD delta {token.delta:+.4f}"
+        title += f"; {view.shading} {token.delta:+.4f}"
         spans.append(f'<span class="tok" style="background:{colour}" title="{html.escape(title)}">{content}</span>')
-    rubric = view.rubric
-    rubric_html = (
-        "<ol>" + "".join(f"<li>{html.escape(str(c))}</li>" for c in rubric) + "</ol>"
-        if isinstance(rubric, list)
-        else html.escape(str(rubric or "(none selected: zero correction)"))
-    )
+    rubric_html = _rubric_html(view)
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>orsd-gym credit: task {traj.task_id}</title>
 <style>
@@ -193,9 +220,22 @@ body {{ font-family: system-ui, sans-serif; max-width: 70em; margin: 2em auto; }
 <p>env {html.escape(traj.env_id)}, task {traj.task_id}, seed {traj.seed}, group {traj.group_id};
 reward {traj.episode_return:.3f}, success {traj.success};
 GRPO advantage {view.grpo_advantage if view.grpo_advantage is not None else "n/a"}</p>
-<h3>Rubric</h3>{rubric_html}
-<p>Model tokens: green = ORSD raises the token's advantage, red = lowers it (hover for values).
+{rubric_html}
+<p>Model tokens coloured by {html.escape(view.shading)}: green above 0, red below (hover for values).
 Prompt and observations are grey.</p>
 <div class="seq">{"".join(spans)}</div>
 </body></html>
 """
+
+
+def _rubric_html(view: CreditView) -> str:
+    """The rubric section (only for an algorithm that chooses rubrics)."""
+    if not view.has_rubric:
+        return ""
+    rubric = view.rubric
+    body = (
+        "<ol>" + "".join(f"<li>{html.escape(str(c))}</li>" for c in rubric) + "</ol>"
+        if isinstance(rubric, list)
+        else html.escape(str(rubric or "(none selected: zero correction)"))
+    )
+    return f"<h3>Rubric</h3>{body}"

@@ -6,8 +6,9 @@ from typing import Any
 
 
 def signal_lines(summary: dict[str, Any]) -> list[str]:
-    """The learning signal each run had: mixed groups, ORSD's rubrics and corrections, credit
-    alignment, gradient norms, the classic-RL baselines' speed, and what the controls are."""
+    """The learning signal each run had: mixed groups, ORSD's rubrics and corrections, GiGPO's
+    anchor states, credit alignment, gradient norms, the classic-RL baselines' speed, and what
+    the controls are."""
     signal = [
         f"{name}: {run['mixed_group_frac']:.2f}"
         for name, run in summary["runs"].items()
@@ -29,6 +30,7 @@ def signal_lines(summary: dict[str, Any]) -> list[str]:
             "corrected tokens: " + ", ".join(orsd) + ". Where this is small, ORSD's advantages are GRPO's "
             "and the two runs of a seed coincide."
         )
+    lines += _anchor_lines(summary)
     aligned = [
         f"{name}: {run['credit_alignment']:+.4f}"
         for name, run in summary["runs"].items()
@@ -64,3 +66,22 @@ def signal_lines(summary: dict[str, Any]) -> list[str]:
             "information no real run has. `orsd:shuffled` applies rubrics written for other tasks."
         )
     return lines
+
+
+def _anchor_lines(summary: dict[str, Any]) -> list[str]:
+    """GiGPO's step level: how many turns shared a state with another turn of their task's group
+    (the only turns it can give a step advantage), and the step advantage beside the episode's."""
+    anchored = [
+        f"{name}: {run['gigpo_anchored_turn_frac']:.2f} (mean anchor group {run['gigpo_anchor_group_size']:.2f} turns; "
+        f"mean |step advantage| {run['gigpo_step_adv_abs_mean']:.3f} beside |episode advantage| "
+        f"{run['gigpo_episode_adv_abs_mean']:.3f})"
+        for name, run in summary["runs"].items()
+        if run.get("gigpo_anchored_turn_frac") is not None
+    ]
+    if not anchored:
+        return []
+    return [
+        "Share of GiGPO's training turns in an anchor group of more than one turn (a state another turn of the "
+        "task's group also acted in), per run, with the advantages per turn: " + ", ".join(anchored) + ". "
+        "Where the share is small, GiGPO's advantages are GRPO's."
+    ]

@@ -77,6 +77,10 @@ def summarise(results: list[Any]) -> dict[str, Any]:
                 "orsd_rubric_frac": _mean_metric(r.metrics, "orsd/rubric_frac"),
                 "orsd_abs_delta_mean": _mean_metric(r.metrics, "orsd/abs_delta_mean"),
                 "credit_alignment": _mean_metric(r.metrics, "orsd/credit_alignment"),
+                "gigpo_anchored_turn_frac": _mean_metric(r.metrics, "gigpo/anchored_turn_frac"),
+                "gigpo_anchor_group_size": _mean_metric(r.metrics, "gigpo/anchor_group_size"),
+                "gigpo_step_adv_abs_mean": _mean_metric(r.metrics, "gigpo/step_adv_abs_mean"),
+                "gigpo_episode_adv_abs_mean": _mean_metric(r.metrics, "gigpo/episode_adv_abs_mean"),
                 "grad_norm": _mean_metric(r.metrics, "loss/grad_norm"),
                 # A classic-RL baseline's run has no training iterations (see `orsd_gym.experiments.baseline_runs`).
                 "baseline_env_steps_per_second": _mean_metric(r.metrics, "baseline/env_steps_per_second"),

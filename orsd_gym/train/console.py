@@ -25,6 +25,7 @@ SHOWN = (
     "train/invalid_action_rate",
     "algo/zero_adv_group_frac",
     "orsd/rubric_frac",
+    "gigpo/anchored_turn_frac",
     "loss/pg",
     "policy/clip_frac",
     "policy/approx_kl_old",

@@ -105,6 +105,15 @@ class ALFWorldPresentation(DefaultPresentation):
     def expert_criteria(cls, actions: list[str], max_criteria: int) -> list[Criterion]:
         return alfworld_criteria(actions)
 
+    @classmethod
+    def state_key(cls, observation: str, info: Mapping[str, Any]) -> str:
+        """The observation with the admissible actions the policy is shown beside it. ALFWorld's
+        observation narrates what the last action did ("You arrive at countertop 1. On the
+        countertop 1, you see ...", "Nothing happens."), not the state: it reads the same whatever
+        the agent holds or has opened elsewhere, which the admissible actions (what can be taken,
+        put, opened from here) tell apart (benchmarks/README.md, GiGPO's anchor states)."""
+        return "\n".join([observation, *sorted(info.get("admissible_actions") or [])])
+
 
 def alfworld_criteria(actions: list[str]) -> list[Criterion]:
     out: list[Criterion] = []
