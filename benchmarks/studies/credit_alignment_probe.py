@@ -36,7 +36,7 @@ from orsd_gym.policies.models import load_policy
 from orsd_gym.rollout.collector import collect
 from orsd_gym.train.config import Config
 from orsd_gym.train.envs import close_envs, make_envs
-from orsd_gym.train.plan import build_task_plan, merge_kwargs
+from orsd_gym.train.plan import build_task_plan
 from orsd_gym.train.warm_start import ensure_warm_start
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -74,7 +74,7 @@ def main() -> int:
     policy = load_policy(config.model.name, seed=0)
     ensure_warm_start(config, plan, policy, Path(args.warm_start))
     tasks = [task.spec for iteration in plan.train for task in iteration][: args.tasks]
-    envs = make_envs(config.env, merge_kwargs(plan.train_kwargs, {"expert": True}), 6)
+    envs = make_envs(config.env, configio.merge(plan.train_kwargs, {"expert": True}), 6)
     started = time.perf_counter()
     try:
         trajectories = collect(

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from orsd_gym import configio
 from orsd_gym.algos.orsd import proposer as orsd_proposer
 from orsd_gym.algos.orsd.algorithm import ORSD
 from orsd_gym.algos.orsd.expert_rubric import expert_bundle_for
@@ -45,7 +46,7 @@ from orsd_gym.algos.orsd.verifier import Judgement, Verifier
 from orsd_gym.policies.models import load_policy
 from orsd_gym.rollout.trajectory import load_jsonl, save_jsonl
 from orsd_gym.train.config import load_config, resolve_algo
-from orsd_gym.train.plan import build_task_plan, merge_kwargs
+from orsd_gym.train.plan import build_task_plan
 from orsd_gym.train.warm_start import ensure_warm_start
 
 #: (worked example in the prompt, plain lines accepted by the parser) of each variant.
@@ -60,7 +61,7 @@ def make_rollouts(config: Any, policy: Any, path: Path, seed: int) -> list:
     from orsd_gym.rollout.collector import collect
 
     plan = build_task_plan(config)
-    kwargs = merge_kwargs(plan.train_kwargs, {"expert": "reset"})
+    kwargs = configio.merge(plan.train_kwargs, {"expert": "reset"})
     if config.env.max_episode_steps is not None:
         kwargs["max_episode_steps"] = config.env.max_episode_steps
     env = gym.make(config.env.id, **kwargs)

@@ -38,10 +38,10 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from orsd_gym import configio
 from orsd_gym.baselines import BaselineConfig, train_baseline
 from orsd_gym.envs.registry import text_env_class
 from orsd_gym.rollout import TaskSpec
-from orsd_gym.train.plan import merge_kwargs
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -79,7 +79,7 @@ def held_out_setup(
     (`TextEnv.task_splits`, as a training run's task plan takes them): disjoint by construction.
     ``n_train`` / ``n_eval``: the first that many tasks of each side (None: all)."""
     splits = text_env_class(env_id).task_splits(kwargs)
-    sides = [merge_kwargs(kwargs, splits.train), merge_kwargs(kwargs, splits.held_out)]
+    sides = [configio.merge(kwargs, splits.train), configio.merge(kwargs, splits.held_out)]
     counts = []
     for side, wanted in zip(sides, (n_train, n_eval), strict=True):
         env = gym.make(env_id, **side)
