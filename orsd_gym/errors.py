@@ -19,6 +19,10 @@ class ConfigError(OrsdGymError, ValueError):
     """A config key or value is invalid; the message names the key."""
 
 
+class UnknownEnvError(ConfigError):
+    """An env id that is not registered, or whose module or entry point does not load."""
+
+
 class TaskPlanError(ConfigError):
     """The config cannot give a sound plan (eval overlapping training, too few held-out tasks)."""
 

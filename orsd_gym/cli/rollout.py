@@ -10,6 +10,7 @@ from rich.table import Table
 
 import orsd_gym  # noqa: F401  (registers the built-in envs)
 from orsd_gym.cli.options import add_threads, apply_threads
+from orsd_gym.envs.lookup import env_creator
 from orsd_gym.errors import UsageError
 from orsd_gym.policies.base import SamplingParams
 from orsd_gym.policies.models import load_policy
@@ -18,7 +19,6 @@ from orsd_gym.rollout.collector import collect
 from orsd_gym.rollout.options import RolloutOptions
 from orsd_gym.rollout.stats import rollout_stats
 from orsd_gym.rollout.trajectory import episodes_of, save_jsonl
-from orsd_gym.train.validation import env_creator
 from orsd_gym.writable import writable_file
 
 

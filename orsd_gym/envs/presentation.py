@@ -20,8 +20,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-import gymnasium as gym
-from gymnasium.envs.registration import load_env_creator
+from orsd_gym.envs.lookup import env_class
 
 
 @dataclass(frozen=True)
@@ -92,18 +91,9 @@ def register_env_prompt(env_id: str, prompt: EnvPrompt) -> None:
 
 
 def presenter(env_id: str | None) -> Any:
-    """The class that presents ``env_id``: its `TextEnv` class, or `DefaultPresentation`."""
-    from orsd_gym.envs.base import TextEnv
-
-    if env_id:
-        try:
-            entry_point = gym.spec(env_id).entry_point
-            found = load_env_creator(entry_point) if isinstance(entry_point, str) else entry_point
-        except (gym.error.Error, ImportError, AttributeError, ValueError):
-            found = None
-        if isinstance(found, type) and issubclass(found, TextEnv):
-            return found
-    return DefaultPresentation
+    """The class that presents ``env_id``: its `TextEnv` class (every `TextEnv` is a
+    `DefaultPresentation`), or `DefaultPresentation` itself."""
+    return (env_class(env_id, DefaultPresentation) if env_id else None) or DefaultPresentation
 
 
 #: Builds the concrete action for an admissible action *template* from the step's info.

@@ -13,16 +13,15 @@ an env class itself also works (e.g. one defined in a notebook).
 
 from __future__ import annotations
 
-import importlib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
-from gymnasium.envs.registration import load_env_creator
 
 from orsd_gym.envs.base import TextEnv
+from orsd_gym.envs.lookup import env_creator
 
 NAMESPACE = "orsd_gym"
 _NAME_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
@@ -96,9 +95,5 @@ def registered_text_envs() -> list[TextEnvInfo]:
 def text_env_class(env_id: str) -> type[TextEnv] | None:
     """The `TextEnv` class registered as ``env_id`` (a ``module:`` prefix is imported first, as
     `gymnasium.make` does), or None when its entry point is not a TextEnv class."""
-    if ":" in env_id:
-        module, env_id = env_id.split(":", 1)
-        importlib.import_module(module)
-    entry_point = gym.spec(env_id).entry_point
-    creator = load_env_creator(entry_point) if isinstance(entry_point, str) else entry_point
+    creator = env_creator(env_id)
     return creator if isinstance(creator, type) and issubclass(creator, TextEnv) else None

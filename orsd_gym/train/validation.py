@@ -15,11 +15,11 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
-from gymnasium.envs.registration import load_env_creator
 
 import orsd_gym  # noqa: F401  (registers the built-in envs)
 from orsd_gym import configio
-from orsd_gym.errors import ConfigError, ModelNotFoundError
+from orsd_gym.envs.lookup import env_creator
+from orsd_gym.errors import ConfigError, ModelNotFoundError, UnknownEnvError
 from orsd_gym.policies.models import check_model_name
 
 if TYPE_CHECKING:  # the config module calls this one while loading
@@ -33,7 +33,10 @@ def validate_settings(config: Config, algo_settings: Any) -> None:
     """The env id and its constructor arguments (training, evaluation and warm-start sides), the
     model names and the data-parallel settings of ``config``, and what the algorithm's settings
     (``resolve_algo``) need of the env; raises `ConfigError` on the first bad one."""
-    creator = env_creator(config.env.id)
+    try:
+        creator = env_creator(config.env.id)
+    except UnknownEnvError as error:
+        raise ConfigError(f"env.id: {error}") from error
     if algo_settings.needs_expert_plans and not config.env.kwargs.get("expert"):
         raise ConfigError(
             f"algo.per_algo.orsd.rubric_source={algo_settings.rubric_source!r} needs the env's expert plan in the "
@@ -103,24 +106,6 @@ def check_workers(config: Config) -> None:
             f"optim.minibatches={optim.minibatches} but a worker may have only {fewest} episodes per iteration "
             f"with train.workers={train.workers}: every worker must take the same optimiser steps"
         )
-
-
-def env_creator(env_id: str) -> Callable[..., gym.Env]:
-    """What ``env_id`` makes (a ``module:`` prefix is imported first); `ConfigError` with the
-    closest registered ids when it is not registered."""
-    module, _, name = env_id.rpartition(":")
-    if module:
-        try:
-            __import__(module)
-        except ImportError as error:
-            raise ConfigError(f"env.id: cannot import module {module!r} of {env_id!r}: {error}") from error
-    if name not in gym.registry:
-        close = difflib.get_close_matches(name, list(gym.registry), n=1, cutoff=0.6)
-        close = close or [i for i in gym.registry if i.lower() == name.lower()]
-        hint = f"; did you mean {close[0]!r}?" if close else "; `orsd-gym envs` lists the registered ones"
-        raise ConfigError(f"env.id: unknown env {name!r}{hint}")
-    entry_point = gym.spec(name).entry_point
-    return load_env_creator(entry_point) if isinstance(entry_point, str) else entry_point
 
 
 def check_env_kwargs(creator: Callable[..., gym.Env], kwargs: Mapping[str, Any], key: str, env_id: str) -> None:
