@@ -80,6 +80,22 @@ def test_verifier_batched_equals_one_by_one(policy, scoring):
 # --------------------------------------------------------------------------- GRPO loss
 
 
+def test_losses_score_tokens_at_the_temperature_each_sample_records(policy):
+    # One home for the temperature: the sample says what it was sampled at, so no algorithm
+    # setting can disagree with the rollout's.
+    cool = make_group(policy, group_id=0, task_id=0, successes=[True, False, False, True], seed=3, temperature=0.6)
+    algo = make_algorithm("grpo", {})
+    prepared = algo.prepare(cool, policy, iteration=0, rng=np.random.default_rng(0))
+    _, metrics = algo.loss(policy, prepared, [0, 1, 2, 3], minibatch_indices=[0, 1, 2, 3])
+    assert abs(metrics["policy/approx_kl_old"]) < 1e-4 and metrics["policy/clip_frac"] == 0.0
+    misread = [dataclasses.replace(t, temperature=1.0) for t in cool]
+    prepared = algo.prepare(misread, policy, iteration=0, rng=np.random.default_rng(0))
+    _, metrics = algo.loss(policy, prepared, [0, 1, 2, 3], minibatch_indices=[0, 1, 2, 3])
+    assert abs(metrics["policy/approx_kl_old"]) > 1e-3
+    with pytest.raises(ValueError, match="share a sampling temperature"):
+        replay_deltas(policy, [cool[0], misread[1]], ["- x", "- y"])
+
+
 @pytest.mark.parametrize("loss_agg", ["token-mean", "seq-mean-token-mean"])
 def test_grpo_micro_batches_sum_to_the_minibatch_gradient(policy, batch, loss_agg):
     algo = make_algorithm("grpo", {"loss_agg": loss_agg})

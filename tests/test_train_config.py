@@ -129,7 +129,8 @@ def test_an_algorithm_setting_has_one_spelling():
         ],
     )
     settings = resolve_algo(config)
-    assert (settings.kl_coef, settings.clip_low, settings.beta, settings.temperature) == (0.01, 0.1, 0.2, 0.7)
+    assert (settings.kl_coef, settings.clip_low, settings.beta) == (0.01, 0.1, 0.2)
+    assert not hasattr(settings, "temperature")  # rollout.temperature is its one home
     # A run's record holds the resolved settings in the same spelling and loads as a config.
     record = run_record(config)
     assert set(record["algo"]) == {"name", "per_algo"} and set(record["algo"]["per_algo"]) == {"orsd"}

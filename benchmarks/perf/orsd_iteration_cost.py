@@ -118,7 +118,7 @@ def main() -> int:
     ]
     print(f"groups with mixed rewards: {1 - zero_frac:.2f} (ORSD proposes, verifies and replays only for these)")
     initial_weights = copy.deepcopy(policy.state_dict())
-    common = {"temperature": args.temperature, "reward": {"invalid_action_penalty": args.invalid_action_penalty}}
+    common = {"reward": {"invalid_action_penalty": args.invalid_action_penalty}}
     algos = {
         "grpo": lambda: make_algorithm("grpo", common),
         "orsd": lambda: make_algorithm("orsd", {**common, **json.loads(args.orsd)}, verifier=verifier),

@@ -24,7 +24,7 @@ import torch
 from orsd_gym.algos.base import SOLO, Algorithm, Peers, PreparedBatch, register_algorithm
 from orsd_gym.algos.rewards import RewardConfig, trajectory_reward
 from orsd_gym.policies.base import Policy
-from orsd_gym.rollout.trajectory import Trajectory
+from orsd_gym.rollout.trajectory import Trajectory, sampled_temperature
 
 LossAgg = Literal["token-mean", "seq-mean-token-mean"]
 
@@ -49,9 +49,6 @@ class GRPOConfig:
     kl_coef: float = 0.0
     #: Weight of an entropy bonus on the sampled tokens (0: none).
     entropy_coef: float = 0.0
-    #: Sampling temperature of the rollouts: new log-probs are scored at the same temperature so
-    #: that ratios compare like with like (a run's config sets it from ``rollout.temperature``).
-    temperature: float = 1.0
     #: How an episode's reward is made from its outcome and per-turn penalties.
     reward: RewardConfig = field(default_factory=RewardConfig)
 
@@ -62,10 +59,6 @@ class GRPOConfig:
             raise ValueError(f"eps must be > 0, got {self.eps}")
         if self.kl_coef < 0:
             raise ValueError(f"kl_coef must be >= 0, got {self.kl_coef}")
-        if self.temperature <= 0:
-            raise ValueError(
-                f"temperature must be > 0 (greedy rollouts have no usable log-probs), got {self.temperature}"
-            )
 
     @property
     def needs_reference(self) -> bool:
@@ -293,7 +286,7 @@ class GRPO(Algorithm):
             logprobs = policy.score(
                 [t.token_ids for t in rows],
                 [t.loss_mask for t in rows],
-                temperature=self.config.temperature,
+                temperature=sampled_temperature(rows),
                 precision="update",
             )
             for i, row in zip(micro, logprobs, strict=True):
@@ -334,7 +327,7 @@ class GRPO(Algorithm):
             [t.loss_mask for t in trajs],
             with_grad=True,
             return_entropy=cfg.entropy_coef > 0,
-            temperature=cfg.temperature,
+            temperature=sampled_temperature(trajs),
         )
         new_lps, entropies = scored if cfg.entropy_coef > 0 else (scored, None)
         per_token, masks = [], []

@@ -30,6 +30,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     base = configio.load(Config, "demo", [*args.overrides, *threads_override(args)])
-    args.algos, args.seed_list = "grpo,orsd", None
-    run_comparison(base, args, Path(args.out))
+    comparison = argparse.Namespace(**{**vars(args), "algos": "grpo,orsd", "seed_list": None})
+    run_comparison(base, comparison, Path(args.out))
     return 0

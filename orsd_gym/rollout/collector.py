@@ -157,7 +157,8 @@ def collect(
         bar.close()
         if slots is not env:  # the caller's own pool stays open
             slots.close()
-    return [t for episode in episodes for t in _to_trajectories(episode, slots, options.layout)]
+    temperature = rollout.sampling.temperature
+    return [t for episode in episodes for t in _to_trajectories(episode, slots, options.layout, temperature)]
 
 
 def _slots(env: Any, n: int, env_kwargs: dict[str, Any] | None, backend: EnvBackend) -> SlotPool:
@@ -369,7 +370,7 @@ def _edited(
     return edit([dict(m) for m in messages], info, group_id)
 
 
-def _to_trajectories(episode: _Episode, slots: SlotPool, layout: str) -> list[Trajectory]:
+def _to_trajectories(episode: _Episode, slots: SlotPool, layout: str, temperature: float) -> list[Trajectory]:
     out = []
     for step, sample in enumerate(episode.builder.samples()):
         extra = {
@@ -389,6 +390,7 @@ def _to_trajectories(episode: _Episode, slots: SlotPool, layout: str) -> list[Tr
                 loss_mask=list(sample.loss_mask),
                 logprobs=list(sample.logprobs),
                 spans=list(sample.spans),
+                temperature=temperature,
                 prompt_messages=[dict(m) for m in sample.prompt_messages],
                 step=step if layout == "per_step" else None,
                 # Per-step samples each show their own observation, not the episode's messages.

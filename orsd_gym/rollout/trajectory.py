@@ -75,6 +75,9 @@ class Trajectory(EpisodeRecord):
     loss_mask: list[int]
     logprobs: list[float]
     spans: list[TurnSpan]
+    #: The temperature ``logprobs`` were sampled at; losses and replays score the tokens at it,
+    #: so that ratios compare like with like (records that predate the field were sampled at 1.0).
+    temperature: float = 1.0
     #: The chat messages rendered into the prompt span (system + first user turn), so an
     #: algorithm can re-render the prompt with privileged context (ORSD's rubric).
     prompt_messages: list[dict[str, str]]
@@ -108,6 +111,19 @@ class Trajectory(EpisodeRecord):
         data = dict(data)
         data["spans"] = [TurnSpan(**span) for span in data["spans"]]
         return cls(**data)
+
+
+def sampled_temperature(trajectories: Sequence[Trajectory]) -> float:
+    """The one temperature ``trajectories`` were sampled at (what scoring them for a loss or a
+    replay must use); `ValueError` when they differ or were sampled greedily (a greedy token's
+    log-prob is 0 whatever the model thinks: nothing to learn from)."""
+    temperatures = {t.temperature for t in trajectories}
+    if len(temperatures) != 1:
+        raise ValueError(f"samples scored together must share a sampling temperature, got {sorted(temperatures)}")
+    (temperature,) = temperatures
+    if temperature <= 0:
+        raise ValueError("greedy samples (temperature 0) have no usable log-probs for a loss")
+    return temperature
 
 
 def save_jsonl(trajectories: Iterable[Trajectory], path: str | Path) -> None:

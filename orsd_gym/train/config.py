@@ -137,7 +137,8 @@ class RolloutConfig(RolloutOptions):
     max_episode_tokens: int = 2048
     #: Tokens the model may write per turn.
     max_new_tokens: int = 48
-    #: Sampling temperature of training rollouts, and the temperature every loss scores tokens at.
+    #: Sampling temperature of training rollouts. Each sample records it (`Trajectory.temperature`)
+    #: and every loss and replay scores its tokens at it.
     temperature: float = 1.0
     #: Nucleus sampling of training rollouts; must stay 1.0 (losses must reproduce the sampling log-probs).
     top_p: float = 1.0
@@ -149,6 +150,10 @@ class RolloutConfig(RolloutOptions):
             # PPO ratios and ORSD's replay compare against rollout log-probs; with top-p those
             # are log-probs of a truncated distribution that scoring cannot reproduce.
             raise ValueError("top_p must be 1.0 for training (rollout log-probs must be reproducible by scoring)")
+        if self.temperature <= 0:
+            raise ValueError(
+                f"temperature must be > 0 (greedy rollouts have no usable log-probs), got {self.temperature}"
+            )
 
     def sampling(self, temperature: float, seed: int) -> SamplingParams:
         """Sampling of one rollout phase (training rollouts use `temperature`, evaluation its own)."""
@@ -403,9 +408,9 @@ def resolve_algo(config: Config) -> Any:
     """The algorithm's typed config (e.g. `orsd_gym.algos.ORSDConfig`) from ``algo.per_algo``:
     its base algorithms' entries, then its own, merged key by key (a nested setting of its own
     keeps the base's other keys); fails fast, naming the key, on a bad key or
-    value. Resolved once per config: later calls return the same object while ``algo`` and
-    ``rollout.temperature`` are unchanged."""
-    key = (config.algo.name, repr(config.algo.per_algo), config.rollout.temperature)
+    value. Resolved once per config: later calls return the same object while ``algo``
+    is unchanged."""
+    key = (config.algo.name, repr(config.algo.per_algo))
     cached = config.algo.__dict__.get("_resolved")
     if cached is not None and cached[0] == key:
         return cached[1]
@@ -422,9 +427,6 @@ def _resolve(config: Config) -> Any:
         raise ConfigError(f"algo.name: {error}") from error
     check_per_algo(algo.per_algo)
     params = configio.merge({}, *(algo.per_algo.get(name, {}) for name in [*_bases(config_class), algo.name]))
-    if any(f.name == "temperature" for f in dataclasses.fields(config_class)):
-        # Ratios and replays score tokens at the temperature they were sampled at: one setting.
-        params["temperature"] = config.rollout.temperature
     return configio.from_dict(config_class, params, prefix=f"algo.per_algo.{algo.name}.")
 
 
@@ -450,7 +452,7 @@ def check_per_algo(per_algo: dict[str, dict[str, Any]]) -> None:
             raise ConfigError(f"algo.per_algo.{name}: no algorithm is registered as {name!r}; {hint}") from None
         if not isinstance(params, dict):
             raise ConfigError(f"algo.per_algo.{name}: expected a mapping of settings, got {type(params).__name__}")
-        names = [f.name for f in dataclasses.fields(config_class) if f.name != "temperature"]
+        names = [f.name for f in dataclasses.fields(config_class)]
         for key in params:
             if key == "temperature":
                 raise ConfigError(
@@ -480,7 +482,6 @@ def run_record(config: Config) -> dict[str, Any]:
     run's algorithm, resolved (every default included). Loadable as a config again."""
     record = configio.to_dict(config)
     settings = dataclasses.asdict(resolve_algo(config))
-    settings.pop("temperature", None)  # rollout.temperature's, saved there
     record["algo"] = {"name": config.algo.name, "per_algo": {config.algo.name: settings}}
     return record
 
@@ -495,6 +496,5 @@ def default_record(algorithm: str) -> dict[str, Any]:
     not list (it predates it) is taken to be (its default, or `PREDATING_BEHAVIOUR`)."""
     record = configio.merge(configio.to_dict(Config(algo=AlgoConfig(name=algorithm))), PREDATING_BEHAVIOUR)
     settings = dataclasses.asdict(algorithm_config_class(algorithm)())
-    settings.pop("temperature", None)
     record["algo"] = {"name": algorithm, "per_algo": {algorithm: settings}}
     return record

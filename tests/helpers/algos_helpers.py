@@ -52,6 +52,7 @@ def make_group(
                 token_ids=tokens,
                 loss_mask=[0] * p + [1] * len(a.token_ids) + [0] * len(bridge) + [1] * len(b.token_ids),
                 logprobs=[0.0] * p + list(a.logprobs) + [0.0] * len(bridge) + list(b.logprobs),
+                temperature=temperature,
                 spans=[
                     TurnSpan("prompt", 0, p),
                     TurnSpan("model", p, m1),

@@ -294,7 +294,6 @@ class ORSD(GRPO):
                 policy,
                 [trajs[i] for i in replay_indices],
                 [rubric_of[i] for i in replay_indices],
-                temperature=cfg.temperature,
                 placement=cfg.rubric_placement,
                 template=cfg.rubric_template,
                 baseline="rescore" if cfg.delta_baseline == "rescore" else "rollout",

@@ -3,8 +3,8 @@
 The trajectory's prompt span is re-rendered from `Trajectory.prompt_messages` with the rubric
 inserted (into the system message or the first user message, by a template); everything after
 the prompt span (model turns, env observations, template bridges) is appended unchanged and
-the whole sequence is scored once by the *same* weights that sampled it, at the sampling
-temperature:
+the whole sequence is scored once by the *same* weights that sampled it, at the temperature it
+was sampled at (`Trajectory.temperature`):
 
     delta_t = log p(y_t | rubric, prefix) - log p(y_t | prefix)   on mask-1 tokens, 0 elsewhere
 
@@ -28,7 +28,7 @@ import torch
 from orsd_gym.algos.grpo import sampler_logprobs
 from orsd_gym.errors import ReplayError
 from orsd_gym.policies.base import Completion, FinishReason, Policy
-from orsd_gym.rollout.trajectory import Trajectory
+from orsd_gym.rollout.trajectory import Trajectory, sampled_temperature
 
 Placement = Literal["system", "user", "turn"]
 DeltaBaseline = Literal["rollout", "rescore"]
@@ -82,7 +82,6 @@ def replay_deltas(
     trajectories: Sequence[Trajectory],
     rubrics: Sequence[str],
     *,
-    temperature: float = 1.0,
     placement: Placement = "system",
     template: str = DEFAULT_RUBRIC_TEMPLATE,
     baseline: DeltaBaseline = "rollout",
@@ -117,8 +116,9 @@ def replay_deltas(
         plan.append((index, positions))
     if not sequences:
         return deltas
-    scored = policy.score(sequences, masks, temperature=temperature, precision="weights")
     replayed = [trajectories[index] for index, _ in plan]
+    temperature = sampled_temperature(replayed)
+    scored = policy.score(sequences, masks, temperature=temperature, precision="weights")
     if baseline == "rollout" and policy.dtype == torch.float32:
         without = sampler_logprobs(replayed)
     else:
