@@ -45,6 +45,18 @@ def test_too_few_held_out_tasks_fail_unless_repeats_are_asked_for():
     assert len(plan.eval) == 6 and plan.summary()["eval_distinct"] == 4
 
 
+def test_skipped_evaluation_tasks_are_the_prefix_another_run_played_and_never_played_again():
+    wide = [*GUESS, "env.kwargs.high=100"]
+    reserved = task_plan(load_config(None, [*wide, "eval.num_tasks=6"]))["eval"]
+    plan = build_task_plan(load_config(None, [*wide, "eval.skip_tasks=4", "eval.num_tasks=2"]))
+    # The same seeded order: a gate that played the first 4 and a study that skips them share none.
+    assert [task.key for task in plan.eval] == reserved[4:6]
+    assert [task.seed for task in plan.eval] == [1_000_004, 1_000_005]
+    assert not set(reserved[:4]) & set(plan.keys()["eval"])
+    with pytest.raises(TaskPlanError, match=r"after the 18 skipped \(eval.skip_tasks\)"):
+        build_task_plan(load_config(None, [*wide, "eval.skip_tasks=18", "eval.num_tasks=4"]))
+
+
 def test_eval_kwargs_pointing_back_at_training_tasks_are_refused():
     with pytest.raises(TaskPlanError, match="also training tasks"):
         build_task_plan(load_config(None, [*GUESS, "eval.env_kwargs={split: train}"]))

@@ -272,6 +272,10 @@ class EvalConfig:
     #: Draws the evaluation tasks and seeds their resets, independently of train.seed, so every
     #: run is evaluated on the same tasks.
     seed_base: int = 1_000_000
+    #: Leave out the first N tasks of that seeded order and evaluate on the next ``num_tasks``:
+    #: tasks reserved for something else (a study's teacher gate chose its setting on the first
+    #: ones), so evaluation is disjoint from them by construction.
+    skip_tasks: int = 0
     #: Overrides of the evaluation side's env kwargs (e.g. ``{split: valid_unseen}``); nested
     #: mappings merge key by key.
     env_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -298,8 +302,10 @@ class EvalConfig:
     teacher_episodes: int = 0
 
     def __post_init__(self) -> None:
-        if self.every < 0 or self.num_tasks < 0:
-            raise ValueError(f"every and num_tasks must be >= 0, got {self.every}, {self.num_tasks}")
+        if self.every < 0 or self.num_tasks < 0 or self.skip_tasks < 0:
+            raise ValueError(
+                f"every, num_tasks and skip_tasks must be >= 0, got {self.every}, {self.num_tasks}, {self.skip_tasks}"
+            )
         _require_at_least_one(self, "group_size")
         if (self.teacher_test == "file") != (self.teacher_rubric_file is not None):
             raise ValueError("teacher_rubric_file is needed by teacher_test='file' and used by it only")
