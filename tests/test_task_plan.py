@@ -177,6 +177,16 @@ def test_rl_training_never_draws_a_warm_start_demonstration_task_by_default():
         build_task_plan(load_config(None, [*GUESS, "warm_start.episodes=40", "warm_start.env_kwargs={}"]))
 
 
+def test_runs_sharing_one_seeds_warm_start_plan_its_demonstrations_and_train_on_none_of_them():
+    shared = [*GUESS, "warm_start.episodes=6", "warm_start.env_kwargs={}", "warm_start.seed=0"]
+    own = build_task_plan(load_config(None, [*shared, "train.seed=0"])).keys()["warm_start"]
+    for seed in (1, 2, 3):
+        plan = build_task_plan(load_config(None, [*shared, f"train.seed={seed}"])).keys()
+        assert plan["warm_start"] == own and not set(own) & set(plan["train"])
+    # Without it each seed's plan names its own demonstrations: another draw.
+    assert build_task_plan(load_config(None, [*shared[:-1], "train.seed=1"])).keys()["warm_start"] != own
+
+
 def test_a_run_recorded_before_disjoint_warm_starts_is_read_as_sharing_its_tasks(tmp_path):
     """A saved run that lacks the setting trained on its demonstration tasks: it is compared as
     such, so a comparison with today's default does not take it for one of its own runs."""

@@ -346,6 +346,11 @@ class WarmStartConfig:
     #: Where the cloned weights are cached (None: ``<output_dir>/warm_start.safetensors``).
     #: Runs that share it (a comparison's algorithms with one seed) clone once and start alike.
     path: str | None = None
+    #: The seed of the demonstrations: which training tasks they play, which carry a rubric,
+    #: the cloning order (None: train.seed). Runs of several seeds that share one warm start
+    #: (``path``) name the seed it was made with, so each run's task plan knows its
+    #: demonstration tasks and RL draws none of them.
+    seed: int | None = None
 
     def __post_init__(self) -> None:
         if self.episodes < 0 or self.epochs < 1 or self.batch_size < 1 or self.lr <= 0:
@@ -353,6 +358,10 @@ class WarmStartConfig:
         if not 0.0 <= self.rubric_share <= 1.0:
             raise ValueError(f"rubric_share is a fraction of the demonstrations, in [0, 1], got {self.rubric_share}")
         _require_at_least_one(self, "rubric_max_criteria")
+
+    def demonstration_seed(self, train_seed: int) -> int:
+        """The seed the demonstrations are drawn with (`seed`, else the run's ``train_seed``)."""
+        return train_seed if self.seed is None else self.seed
 
 
 @dataclass

@@ -242,7 +242,8 @@ def _rl_training_ids(config: Config, ids: list[int], warm_start: list[PlannedTas
 
 
 def _warm_start_tasks(config: Config, ids: list[int], keys: dict[int, str]) -> list[PlannedTask]:
-    rng = np.random.default_rng(np.random.SeedSequence([config.train.seed, _WARM_START]))
+    seed = config.warm_start.demonstration_seed(config.train.seed)
+    rng = np.random.default_rng(np.random.SeedSequence([seed, _WARM_START]))
     chosen = _draw(rng, ids, config.warm_start.episodes)
     return [PlannedTask(i, seed, keys[i]) for i, seed in zip(chosen, _seeds(rng, len(chosen)), strict=True)]
 
