@@ -147,7 +147,8 @@ def task_overlaps(base: Config, seeds: Sequence[int], out: Path, gate: Mapping[s
         evaluation |= set(keys["eval"])
         demonstrations |= set(keys["warm_start"])
         training |= set(keys["train"])
-    gated = {task for cell in gate["cells"].values() for task in cell["success"]["none"]}
+    # The teacher test names a goal by its env's task key, the plan by the env id and that key.
+    gated = {f"{base.env.id}:{task}" for cell in gate["cells"].values() for task in cell["success"]["none"]}
     counts = {
         "eval_tasks": len(evaluation),
         "gate_tasks": len(gated),
