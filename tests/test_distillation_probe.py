@@ -3,6 +3,7 @@ held-out states the expert visits, under a run's starting and final weights."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from resumable_env import ENV_ID as VOWEL_ENV
 from resumable_env import VowelEnv
@@ -38,6 +39,10 @@ def test_the_probe_scores_the_experts_actions_on_held_out_tasks_and_sees_a_polic
             [logprobs] = start.score([state.token_ids], [state.loss_mask], with_grad=True)
             (-(logprobs * torch.tensor(state.loss_mask, dtype=logprobs.dtype)).sum()).backward()
         optimizer.step()
-    learned = probe_change(config, weights, start.state_dict(), states)
+    start.set_training(False)
+    learned = probe_change(before, expert_logprob(start, states))
     assert learned["change"] > 0.5 and learned["start"] == before["logprob"]
-    assert probe_change(config, weights, weights, states)["change"] == 0.0
+    # The weights saved before, loaded into a fresh model: the probe's starting score exactly.
+    assert probe_change(before, expert_logprob(policy_with(config, weights), states))["change"] == 0.0
+    with pytest.raises(ValueError, match="same states"):
+        probe_change(before, expert_logprob(start, states[:1]))

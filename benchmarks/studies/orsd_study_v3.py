@@ -54,7 +54,13 @@ from orsd_gym import configio
 from orsd_gym.cli import run_reporting_errors
 from orsd_gym.errors import UsageError
 from orsd_gym.experiments.compare import Arm, compare, finished_runs, report_finished, run_config
-from orsd_gym.experiments.distillation import cached_states, final_weights, probe_change
+from orsd_gym.experiments.distillation import (
+    cached_states,
+    expert_logprob,
+    final_weights,
+    policy_with,
+    probe_change,
+)
 from orsd_gym.experiments.power import MDD_LEGEND, power_tag
 from orsd_gym.experiments.report import summarise
 from orsd_gym.train.checkpoint import list_checkpoints
@@ -191,18 +197,23 @@ def interim_look(base: Config, arms: Sequence[str], seeds: Sequence[int], out: P
 
 def probe_runs(base: Config, arms: Sequence[str], seeds: Sequence[int], out: Path, probe_tasks: int) -> None:
     """The distillation probe of every finished run that has none yet (``probe.json`` in its
-    run directory), from the shared warm start to the run's kept final checkpoint."""
+    run directory), from the shared warm start (scored once) to the run's kept final checkpoint."""
     results, _ = finished_runs(base, list(arms), list(seeds), out)
     pending = [r for r in results if list_checkpoints(r.run_dir / "checkpoints")]
     pending = [r for r in pending if not (r.run_dir / "probe.json").is_file()]
     if not pending:
         return
-    states = cached_states(base, probe_tasks, out / "distillation" / "expert_states.jsonl")
-    start = load_file(warm_start_file(out))
+    probe_dir = out / "distillation"
+    states = cached_states(base, probe_tasks, probe_dir / "expert_states.jsonl")
+    start_path = probe_dir / "warm_start_score.json"
+    if not start_path.is_file():
+        start = expert_logprob(policy_with(base, load_file(warm_start_file(out))), states)
+        start_path.write_text(json.dumps(start, indent=1))
+    start = json.loads(start_path.read_text())
     for result in pending:
         config = run_config(base, Arm.parse(result.algo), result.seed, out)
-        probe = probe_change(config, start, final_weights(result.run_dir), states)
-        (result.run_dir / "probe.json").write_text(json.dumps(probe, indent=1))
+        end = expert_logprob(policy_with(config, final_weights(result.run_dir)), states)
+        (result.run_dir / "probe.json").write_text(json.dumps(probe_change(start, end), indent=1))
 
 
 def read_probes(base: Config, arms: Sequence[str], seeds: Sequence[int], out: Path) -> dict[str, dict[int, dict]]:

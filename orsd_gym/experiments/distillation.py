@@ -9,7 +9,8 @@ prompt, and the expert's action as the completion (`expert_states`, laid out by 
 collector as rollouts and demonstrations). A policy's score on them (`expert_logprob`) is the
 mean log-probability per token of the expert's actions; a run's probe (`probe_change`) is its
 final policy's score minus its starting policy's on the same states, so the held-out tasks and
-the expert's path cancel out and only the weights differ.
+the expert's path cancel out and only the weights differ (runs that share a starting policy
+share its score).
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -85,21 +85,13 @@ def final_weights(run_dir: str | Path) -> dict[str, torch.Tensor] | None:
     return checkpoint.policy_state if checkpoint is not None else None
 
 
-def probe_change(
-    config: Config, start: dict[str, torch.Tensor], end: dict[str, torch.Tensor], states: Sequence[Trajectory]
-) -> dict[str, Any]:
-    """The probe of one run: the expert's actions' mean log-probability per token under the
-    starting and the final weights, and the change (end - start)."""
-    scores = {}
-    for name, weights in (("start", start), ("end", end)):
-        scores[name] = expert_logprob(policy_with(config, weights), states)
-    return {
-        "start": scores["start"]["logprob"],
-        "end": scores["end"]["logprob"],
-        "change": scores["end"]["logprob"] - scores["start"]["logprob"],
-        "tokens": scores["start"]["tokens"],
-        "samples": scores["start"]["samples"],
-    }
+def probe_change(start: dict[str, float], end: dict[str, float]) -> dict[str, float]:
+    """The probe of one run from `expert_logprob` under its starting and its final weights (on
+    the same states): both, and the change (end - start)."""
+    if (start["tokens"], start["samples"]) != (end["tokens"], end["samples"]):
+        raise ValueError("the probe compares scores of the same states: these were scored on different ones")
+    return {**{k: start[k] for k in ("tokens", "samples")}, "start": start["logprob"], "end": end["logprob"],
+            "change": end["logprob"] - start["logprob"]}  # fmt: skip
 
 
 def cached_states(config: Config, num_tasks: int, path: str | Path) -> list[Trajectory]:
