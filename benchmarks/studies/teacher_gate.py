@@ -37,6 +37,10 @@ Settings (SmolLM2-135M-Instruct, the study's generated ALFWorld rooms):
         --seeds 0,1,2 --out benchmarks/results/teacher_gate          # confirm every seed's warm start
     python benchmarks/studies/teacher_gate.py --report-only --seeds 0,1,2 --out benchmarks/results/teacher_gate
 
+Another study gates its warm starts through `run_gate` with its own `orsd_study.Design` (the
+preset and settings its runs use) and, where every arm trains from one file, that file as the
+cells' warm start: study v3 does (``orsd_study_v3.py gate``).
+
 Writes ``gate.json`` (every cell: its per-task outcomes, rubrics, seed, commit and command;
 every command; and the report) after each cell, and skips the cells it already holds, so an
 interrupted gate continues; and ``gate.md``, the report: the cells tried, each cell's
