@@ -45,6 +45,18 @@ def test_too_few_held_out_tasks_fail_unless_repeats_are_asked_for():
     assert len(plan.eval) == 6 and plan.summary()["eval_distinct"] == 4
 
 
+def test_skipped_evaluation_tasks_are_the_prefix_another_run_played_and_never_played_again():
+    wide = [*GUESS, "env.kwargs.high=100"]
+    reserved = task_plan(load_config(None, [*wide, "eval.num_tasks=6"]))["eval"]
+    plan = build_task_plan(load_config(None, [*wide, "eval.skip_tasks=4", "eval.num_tasks=2"]))
+    # The same seeded order: a gate that played the first 4 and a study that skips them share none.
+    assert [task.key for task in plan.eval] == reserved[4:6]
+    assert [task.seed for task in plan.eval] == [1_000_004, 1_000_005]
+    assert not set(reserved[:4]) & set(plan.keys()["eval"])
+    with pytest.raises(TaskPlanError, match=r"after the 18 skipped \(eval.skip_tasks\)"):
+        build_task_plan(load_config(None, [*wide, "eval.skip_tasks=18", "eval.num_tasks=4"]))
+
+
 def test_eval_kwargs_pointing_back_at_training_tasks_are_refused():
     with pytest.raises(TaskPlanError, match="also training tasks"):
         build_task_plan(load_config(None, [*GUESS, "eval.env_kwargs={split: train}"]))
@@ -163,6 +175,16 @@ def test_rl_training_never_draws_a_warm_start_demonstration_task_by_default():
     assert shared.summary()["warm_start_train_overlap"] > 0 and shared.train_pool == 16
     with pytest.raises(TaskPlanError, match="use all 16 training task"):
         build_task_plan(load_config(None, [*GUESS, "warm_start.episodes=40", "warm_start.env_kwargs={}"]))
+
+
+def test_runs_sharing_one_seeds_warm_start_plan_its_demonstrations_and_train_on_none_of_them():
+    shared = [*GUESS, "warm_start.episodes=6", "warm_start.env_kwargs={}", "warm_start.seed=0"]
+    own = build_task_plan(load_config(None, [*shared, "train.seed=0"])).keys()["warm_start"]
+    for seed in (1, 2, 3):
+        plan = build_task_plan(load_config(None, [*shared, f"train.seed={seed}"])).keys()
+        assert plan["warm_start"] == own and not set(own) & set(plan["train"])
+    # Without it each seed's plan names its own demonstrations: another draw.
+    assert build_task_plan(load_config(None, [*shared[:-1], "train.seed=1"])).keys()["warm_start"] != own
 
 
 def test_a_run_recorded_before_disjoint_warm_starts_is_read_as_sharing_its_tasks(tmp_path):

@@ -127,3 +127,30 @@ def test_expert_on_official_goals_buys_the_goal_when_listed(data_dir):
             assert reward == 1.0 and info["reward_details"]["purchased_asin"] == goal["asin"]
         else:
             assert goal_index == 444 and info["reward_details"]["purchased_asin"] == expert.results[0]
+
+
+def test_a_webshop_warm_start_teaches_reading_the_plan_half_its_demonstrations_carry_it():
+    """``warm_start.rubric_share`` on WebShop (as ALFWorld's rubric-48): half the expert's
+    episodes show their goal's plan, restated by the env's own presentation (the query, the
+    product, its options, buying), in the system prompt of every step; the others show none."""
+    from orsd_gym.policies.models import load_policy
+    from orsd_gym.train.config import load_config
+    from orsd_gym.train.plan import build_task_plan
+    from orsd_gym.train.warm_start import collect_demonstrations
+
+    overrides = ["model.name=tiny-random", "warm_start.episodes=2", "warm_start.rubric_share=0.5"]
+    config = load_config("webshop_cpu", [*overrides, "warm_start.rubric_placement=system"])
+    demos = collect_demonstrations(config, build_task_plan(config), load_policy("tiny-random"))
+    assert all(d.success for d in demos) and {d.step for d in demos} >= {0, 1, 2, 3}
+    by_episode: dict[int, list] = {}
+    for demo in demos:
+        by_episode.setdefault(demo.episode_id, []).append(demo)
+    marked = [e for e in by_episode.values() if e[0].extra.get("privileged_prompt")]
+    assert len(by_episode) == 2 and len(marked) == 1
+    system = marked[0][0].prompt_messages[0]
+    assert system["role"] == "system"
+    product = next(a for a in marked[0][0].actions if a.startswith("click[") and a != "click[Buy Now]")
+    assert f"Opens product {product[6:-1].upper()}" in system["content"] and "Buys the product" in system["content"]
+    assert all(step.prompt_messages[0] == system for step in marked[0])  # every step's sample carries it
+    plain = next(e for e in by_episode.values() if e is not marked[0])
+    assert all("Opens product" not in str(step.prompt_messages) for step in plain)

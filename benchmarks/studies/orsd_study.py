@@ -31,7 +31,10 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
@@ -95,6 +98,32 @@ SETTINGS = {
 }
 
 
+@dataclass(frozen=True)
+class Design:
+    """What a study fixes before its arms differ: the preset its runs start from, its own
+    settings on top of it, and the starting policies it can use (`teacher_gate.py` gates them
+    under the same preset and settings)."""
+
+    preset: str
+    study: Sequence[str]
+    settings: Mapping[str, Sequence[str]]
+
+
+#: This script's study (v2: generated ALFWorld).
+V2 = Design("demo", STUDY, SETTINGS)
+
+
+def head_commit() -> str:
+    """The commit the runs are trained at (taken before: the tree may move on during hours of runs)."""
+    return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+
+
+def write_study_record(out: Path, record: Mapping[str, Any], also: str | None = None) -> None:
+    """``study.json`` in ``out`` (and at ``also``): the commit, the command, what ran."""
+    for path in [out / "study.json", *([Path(also)] if also else [])]:
+        path.write_text(json.dumps(record, indent=1))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1")
@@ -108,10 +137,9 @@ def main() -> int:
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
     args = parser.parse_args()
     out = Path(args.out)
-    overrides = [*STUDY, *SETTINGS[args.setting], *args.overrides]
-    base = configio.load(Config, "demo", [*overrides, "logging.live=false"])
-    # The commit the runs are trained at (taken before: the tree may move on during hours of runs).
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    overrides = [*V2.study, *V2.settings[args.setting], *args.overrides]
+    base = configio.load(Config, V2.preset, [*overrides, "logging.live=false"])
+    commit = head_commit()
     started = time.perf_counter()
     seeds = [int(seed) for seed in args.seed_list.split(",")] if args.seed_list else list(range(args.seeds))
     if args.report_only:
@@ -128,8 +156,7 @@ def main() -> int:
         "overrides": overrides,
         "wall_seconds": time.perf_counter() - started,
     }
-    for path in [out / "study.json", *([Path(args.json)] if args.json else [])]:
-        path.write_text(json.dumps(record, indent=1))
+    write_study_record(out, record, args.json)
     print_summary(report, Console())
     return 0
 

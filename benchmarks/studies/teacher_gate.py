@@ -37,6 +37,10 @@ Settings (SmolLM2-135M-Instruct, the study's generated ALFWorld rooms):
         --seeds 0,1,2 --out benchmarks/results/teacher_gate          # confirm every seed's warm start
     python benchmarks/studies/teacher_gate.py --report-only --seeds 0,1,2 --out benchmarks/results/teacher_gate
 
+Another study gates its warm starts through `run_gate` with its own `orsd_study.Design` (the
+preset and settings its runs use) and, where every arm trains from one file, that file as the
+cells' warm start: study v3 does (``orsd_study_v3.py gate``).
+
 Writes ``gate.json`` (every cell: its per-task outcomes, rubrics, seed, commit and command;
 every command; and the report) after each cell, and skips the cells it already holds, so an
 interrupted gate continues; and ``gate.md``, the report: the cells tried, each cell's
@@ -49,7 +53,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -57,7 +60,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orsd_study import EVAL_TASKS, STUDY
+from orsd_study import EVAL_TASKS, V2, Design, head_commit
 
 from orsd_gym import configio
 from orsd_gym.cli import run_reporting_errors
@@ -113,12 +116,15 @@ def run_index(gate: dict, command: str, commit: str) -> int:
     return len(gate["runs"]) - 1
 
 
-def setting_overrides(cell: Cell, runs: Path) -> list[str]:
-    """The config of one gate cell: the study's rooms, evaluation only (no RL iteration)."""
+def setting_overrides(cell: Cell, runs: Path, design: Design = V2, warm_start: Path | None = None) -> list[str]:
+    """The config of one gate cell: the study's tasks, evaluation only (no RL iteration).
+    ``warm_start``: where the cell's warm start is kept (default: cached under ``runs``, one per
+    setting, placement and seed), e.g. the file a study then trains every arm from."""
     kind, _, size = cell.setting.partition("-")
     overrides = [
-        *STUDY,
+        *design.study,
         f"eval.num_tasks={cell.tasks}",
+        "eval.skip_tasks=0",  # the first tasks of the held-out order: a study evaluates on the ones after
         "algo.name=grpo",
         "train.iterations=0",
         f"train.seed={cell.seed}",  # the warm start's demonstrations and their order
@@ -142,13 +148,13 @@ def setting_overrides(cell: Cell, runs: Path) -> list[str]:
         f"warm_start.rubric_share={share}",
         f"warm_start.rubric_placement={cell.placement}",
         "warm_start.rubric_max_criteria=3",
-        f"warm_start.path={runs / 'warm_start' / f'{cache}-seed{cell.seed}'}.safetensors",
+        f"warm_start.path={warm_start or runs / 'warm_start' / f'{cache}-seed{cell.seed}.safetensors'}",
     ]
 
 
-def gate_cell(overrides: list[str]) -> dict:
+def gate_cell(overrides: list[str], preset: str = V2.preset) -> dict:
     """Run the cell's evaluation and teacher test; its ``teacher/*`` numbers and per-task record."""
-    config = configio.load(Config, "demo", overrides)
+    config = configio.load(Config, preset, overrides)
     summary = Trainer(config, overwrite=True, live=False).run()
     record = json.loads((summary.output_dir / "teacher.jsonl").read_text().splitlines()[-1])
     metrics = {k: v for k, v in (summary.final_eval or {}).items() if k.startswith("teacher/")}
@@ -339,22 +345,37 @@ def main() -> int:
     parser.add_argument("--report-only", action="store_true", help="report the cells gate.json holds; run none")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
     args = parser.parse_args()
-    out, runs = Path(args.out), Path(args.runs)
     seeds = [int(seed) for seed in args.seeds.split(",")]
+    cells = [] if args.report_only else requested_cells(args.settings, args.placements, args.eval_tasks, seeds)
+    run_gate(Path(args.out), cells, seeds, Path(args.runs), args.overrides)
+    return 0
+
+
+def run_gate(
+    out: Path,
+    cells: Sequence[Cell],
+    seeds: Sequence[int],
+    runs: Path,
+    overrides: Sequence[str] = (),
+    *,
+    design: Design = V2,
+    warm_start: Path | None = None,
+) -> dict:
+    """Run the ``cells`` ``out/gate.json`` does not hold yet (each recorded as it finishes, with
+    this command and commit), then write the report on the study's ``seeds``; returns gate.json's
+    content. No cells: the report of those it holds. ``warm_start``: where every cell keeps its
+    warm start (see `setting_overrides`)."""
     out.mkdir(parents=True, exist_ok=True)
     path = out / "gate.json"
     gate = json.loads(path.read_text()) if path.is_file() else {"cells": {}, "runs": []}
-    if args.report_only:
-        write_report(gate, out, seeds)
-        return 0
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-    run = run_index(gate, " ".join(sys.argv), commit)
     done = {recorded_cell(name, record) for name, record in gate["cells"].items()}
-    for cell in requested_cells(args.settings, args.placements, args.eval_tasks, seeds):
-        if cell in done:
-            continue
+    todo = [cell for cell in cells if cell not in done]
+    commit = head_commit()
+    # A command that runs no cell (all held already, or a report) records nothing.
+    run = run_index(gate, " ".join(sys.argv), commit) if cells else -1
+    for cell in todo:
         started = time.perf_counter()
-        record = gate_cell([*setting_overrides(cell, runs), *args.overrides])
+        record = gate_cell([*setting_overrides(cell, runs, design, warm_start), *overrides], design.preset)
         gate["cells"][cell.name] = {
             **record,
             **vars(cell),
@@ -365,7 +386,7 @@ def main() -> int:
         write_report(gate, out, seeds)
         print(_table_row(cell.name, gate["report"]["cells"][cell.name]), flush=True)
     write_report(gate, out, seeds)
-    return 0
+    return gate
 
 
 if __name__ == "__main__":

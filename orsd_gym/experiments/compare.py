@@ -197,6 +197,23 @@ def report_finished(
     nothing: the interim report of a comparison that spans sessions. Returns the report and
     the runs it leaves out (not started or not finished). A finished run of other settings is
     refused as `compare` refuses it."""
+    results, left_out = finished_runs(base, arms, seeds, out_dir, allow_changes=allow_changes)
+    if not results:
+        raise UsageError(f"no finished run in {Path(out_dir) / 'runs'}: nothing to report")
+    return write_report(out_dir, base, results), left_out
+
+
+def finished_runs(
+    base: Config,
+    arms: list[str],
+    seeds: list[int],
+    out_dir: str | Path,
+    *,
+    allow_changes: Sequence[str] = (),
+) -> tuple[list[RunResult], list[str]]:
+    """The (arm, seed) runs in ``out_dir`` that have finished, read from their records, and
+    the names of those that have not (not started or not finished). A finished run of other
+    settings is refused as `compare` refuses it; LLM arms only (see `report_finished`)."""
     out_dir = Path(out_dir)
     parsed = [Arm.parse(text) for text in arms]
     baselines = [arm.label for arm in parsed if arm.baseline is not None]
@@ -215,9 +232,7 @@ def report_finished(
                 results.append(_read_run(arm.label, seed, run_dir))
             else:
                 left_out.append(f"{arm.label}-seed{seed}")
-    if not results:
-        raise UsageError(f"no finished run in {out_dir / 'runs'}: nothing to report")
-    return write_report(out_dir, base, results), left_out
+    return results, left_out
 
 
 def _finished_without_weights(config: Config, run_dir: Path, allow_changes: Sequence[str]) -> bool:

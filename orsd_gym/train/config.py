@@ -277,6 +277,10 @@ class EvalConfig:
     #: Draws the evaluation tasks and seeds their resets, independently of train.seed, so every
     #: run is evaluated on the same tasks.
     seed_base: int = 1_000_000
+    #: Leave out the first N tasks of that seeded order and evaluate on the next ``num_tasks``:
+    #: tasks reserved for something else (a study's teacher gate chose its setting on the first
+    #: ones), so evaluation is disjoint from them by construction.
+    skip_tasks: int = 0
     #: Overrides of the evaluation side's env kwargs (e.g. ``{split: valid_unseen}``); nested
     #: mappings merge key by key.
     env_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -303,8 +307,10 @@ class EvalConfig:
     teacher_episodes: int = 0
 
     def __post_init__(self) -> None:
-        if self.every < 0 or self.num_tasks < 0:
-            raise ValueError(f"every and num_tasks must be >= 0, got {self.every}, {self.num_tasks}")
+        if self.every < 0 or self.num_tasks < 0 or self.skip_tasks < 0:
+            raise ValueError(
+                f"every, num_tasks and skip_tasks must be >= 0, got {self.every}, {self.num_tasks}, {self.skip_tasks}"
+            )
         _require_at_least_one(self, "group_size")
         if (self.teacher_test == "file") != (self.teacher_rubric_file is not None):
             raise ValueError("teacher_rubric_file is needed by teacher_test='file' and used by it only")
@@ -345,6 +351,11 @@ class WarmStartConfig:
     #: Where the cloned weights are cached (None: ``<output_dir>/warm_start.safetensors``).
     #: Runs that share it (a comparison's algorithms with one seed) clone once and start alike.
     path: str | None = None
+    #: The seed of the demonstrations: which training tasks they play, which carry a rubric,
+    #: the cloning order (None: train.seed). Runs of several seeds that share one warm start
+    #: (``path``) name the seed it was made with, so each run's task plan knows its
+    #: demonstration tasks and RL draws none of them.
+    seed: int | None = None
 
     def __post_init__(self) -> None:
         if self.episodes < 0 or self.epochs < 1 or self.batch_size < 1 or self.lr <= 0:
@@ -352,6 +363,10 @@ class WarmStartConfig:
         if not 0.0 <= self.rubric_share <= 1.0:
             raise ValueError(f"rubric_share is a fraction of the demonstrations, in [0, 1], got {self.rubric_share}")
         _require_at_least_one(self, "rubric_max_criteria")
+
+    def demonstration_seed(self, train_seed: int) -> int:
+        """The seed the demonstrations are drawn with (`seed`, else the run's ``train_seed``)."""
+        return train_seed if self.seed is None else self.seed
 
 
 @dataclass

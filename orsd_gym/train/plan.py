@@ -242,21 +242,24 @@ def _rl_training_ids(config: Config, ids: list[int], warm_start: list[PlannedTas
 
 
 def _warm_start_tasks(config: Config, ids: list[int], keys: dict[int, str]) -> list[PlannedTask]:
-    rng = np.random.default_rng(np.random.SeedSequence([config.train.seed, _WARM_START]))
+    seed = config.warm_start.demonstration_seed(config.train.seed)
+    rng = np.random.default_rng(np.random.SeedSequence([seed, _WARM_START]))
     chosen = _draw(rng, ids, config.warm_start.episodes)
     return [PlannedTask(i, seed, keys[i]) for i, seed in zip(chosen, _seeds(rng, len(chosen)), strict=True)]
 
 
 def _eval_tasks(config: Config, ids: list[int], keys: dict[int, str]) -> list[PlannedTask]:
-    n = config.eval.num_tasks
-    if n > len(ids) and not config.eval.allow_repeats:
+    n, skip = config.eval.num_tasks, config.eval.skip_tasks
+    if skip + n > len(ids) and not config.eval.allow_repeats:
+        skipped = f" after the {skip} skipped (eval.skip_tasks)" if skip else ""
         raise TaskPlanError(
-            f"eval.num_tasks={n} but the evaluation side has only {len(ids)} distinct task(s); "
+            f"eval.num_tasks={n}{skipped} but the evaluation side has only {len(ids)} distinct task(s); "
             "lower eval.num_tasks or set eval.allow_repeats=true"
         )
     if not ids and n:
         raise TaskPlanError("the evaluation side has no tasks")
     # Independent of train.seed: every run of every algorithm is evaluated on the same tasks.
+    # One order, whatever the skip: a run that skips N plays what follows another's first N.
     rng = np.random.default_rng(np.random.SeedSequence([config.eval.seed_base, _EVAL]))
-    chosen = _draw(rng, ids, n)
-    return [PlannedTask(i, config.eval.seed_base + k, keys[i]) for k, i in enumerate(chosen)]
+    chosen = _draw(rng, ids, skip + n)
+    return [PlannedTask(i, config.eval.seed_base + k, keys[i]) for k, i in enumerate(chosen) if k >= skip]

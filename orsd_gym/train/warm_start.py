@@ -46,7 +46,8 @@ def collect_demonstrations(config: Config, plan: TaskPlan, policy: Policy) -> li
     ws = config.warm_start
     envs = make_envs(config.env, configio.merge(plan.train_kwargs, ws.env_kwargs), count=1)
     count = len(plan.warm_start)
-    rng = np.random.default_rng(np.random.SeedSequence([config.train.seed, 0xBC, 2]))
+    seed = ws.demonstration_seed(config.train.seed)
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 0xBC, 2]))
     with_rubric = {int(i) for i in rng.permutation(count)[: round(ws.rubric_share * count)]}
     context = RubricContext(placement=ws.rubric_placement, max_criteria=ws.rubric_max_criteria)
     env_id = config.env.id.rpartition(":")[2]  # without a "module:" prefix
@@ -72,7 +73,7 @@ def clone(policy: Policy, demonstrations: list[Trajectory], config: Config) -> d
     if not demos:
         raise RuntimeError("the expert won none of the warm-start episodes; check the env's expert (expert=True)")
     optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=ws.lr, weight_decay=0.0)
-    rng = np.random.default_rng(np.random.SeedSequence([config.train.seed, 0xBC, 1]))
+    rng = np.random.default_rng(np.random.SeedSequence([ws.demonstration_seed(config.train.seed), 0xBC, 1]))
     losses = []
     policy.set_training(True)
     try:
