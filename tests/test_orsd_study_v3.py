@@ -44,6 +44,12 @@ def test_the_interim_look_stops_an_arm_whose_mean_paired_difference_is_not_above
     assert not v3.futile([0.01, -0.005, 0.0])
 
 
+def test_the_study_refuses_a_product_set_that_is_not_there(v3, tmp_path):
+    with pytest.raises(UsageError, match="official small product set is not there"):
+        v3.data_overrides(str(tmp_path))
+    assert v3.data_overrides("embedded") == []
+
+
 def test_a_verdict_says_what_the_interval_and_the_mdd_allow(v3):
     power = {"mdd": 0.05}
     assert v3.verdict({"mean": 0.1, "low": 0.02, "high": 0.18, "n": 6}, power).startswith("beats grpo")
@@ -61,6 +67,7 @@ def test_probe_differences_pair_each_arms_change_with_grpos_on_the_same_seed(v3)
 
 def _run(out: Path, *args: str) -> subprocess.CompletedProcess:
     command = [sys.executable, str(STUDIES / "orsd_study_v3.py"), *args, "--out", str(out), "--gate-tasks", "2"]
+    command += ["--data-dir", "embedded"]
     return subprocess.run(command, capture_output=True, text=True)
 
 

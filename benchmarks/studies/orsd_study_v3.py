@@ -1,9 +1,10 @@
 """Study v3: GRPO vs GiGPO vs ORSD with the expert's rubric on WebShop, pre-registered and powered
 (benchmarks/results/orsd_study_v3/PLAN.md says what is run, what is measured and what stops it).
 
-SmolLM2-135M with LoRA on WebShop (`webshop_cpu`: the embedded synthetic catalog, or the
-official files by ``env.kwargs.data_dir=...`` and ``eval.env_kwargs.data_dir=...``), where
-GRPO learns on every seed and the expert's rubric is the literal plan (the query, the product,
+SmolLM2-135M with LoRA on WebShop (`webshop_cpu` on the official small product set, as that
+preset's committed records: ``--data-dir``, by default ``../shared/data/webshop``; ``--data-dir
+embedded`` plays the embedded synthetic catalog instead, for a smoke test), where GRPO learns
+on every seed and the expert's rubric is the literal plan (the query, the product,
 its options). One warm start, shared by every arm and seed: 48 expert demonstrations of seed
 0's training goals, half with their expert rubric in the system prompt (``rubric-48``, as
 ALFWorld's), so that the policy learns to read a plan.
@@ -80,6 +81,8 @@ WARM_START_SEED = 0
 GATE_TASKS = 96
 #: Held-out goals the distillation probe plays the expert on (the first of the study's own).
 PROBE_TASKS = 32
+#: Where the official small product set lies by default (the workspace's shared data).
+OFFICIAL_DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "webshop"
 STUDY = [
     # The env reports its expert's plan: ORSD's expert arm reads it at reset, and every step
     # gives ORSD's credit alignment.
@@ -104,6 +107,20 @@ V3 = Design(
         ]
     },
 )
+
+
+def data_overrides(data_dir: str) -> list[str]:
+    """The product set every run and gate cell plays: the official files in ``data_dir`` (the
+    training, evaluation and warm-start sides), or the embedded catalog for ``embedded``."""
+    if data_dir == "embedded":
+        return []
+    if not (Path(data_dir) / "items_shuffle_1000.json").is_file():
+        raise UsageError(
+            f"--data-dir {data_dir}: WebShop's official small product set is not there (items_shuffle_1000.json); "
+            "the study runs on it, as webshop_cpu's records did: pass the directory that holds it "
+            "(or --data-dir embedded for a smoke test on the synthetic catalog)"
+        )
+    return [f"env.kwargs.data_dir={data_dir}", f"eval.env_kwargs.data_dir={data_dir}"]
 
 
 def warm_start_file(out: Path) -> Path:
@@ -352,16 +369,18 @@ def main() -> int:
     parser.add_argument("--gate-tasks", type=int, default=GATE_TASKS, help="held-out goals the gate plays first")
     parser.add_argument("--probe-tasks", type=int, default=PROBE_TASKS)
     parser.add_argument("--add-on", action="store_true", help=f"run {' and '.join(ADD_ON_ARMS)} (if orsd:expert won)")
+    parser.add_argument("--data-dir", default=str(OFFICIAL_DATA), help="WebShop's official small product set")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
     args = parser.parse_intermixed_args()
     out = Path(args.out)
     started = time.perf_counter()
     commit = head_commit()
-    overrides = study_overrides(out, args.gate_tasks, args.overrides)
+    extra = [*data_overrides(args.data_dir), *args.overrides]
+    overrides = study_overrides(out, args.gate_tasks, extra)
     seeds = list(range(args.seeds))
     if args.stage == "gate":
         cell = gate_cell(args.gate_tasks)
-        run_gate(out / "gate", [cell], [WARM_START_SEED], Path(args.runs), args.overrides, design=V3,
+        run_gate(out / "gate", [cell], [WARM_START_SEED], Path(args.runs), extra, design=V3,
                  warm_start=warm_start_file(out))  # fmt: skip
         record: dict[str, Any] = {"gate": gate_report(read_gate(out), [WARM_START_SEED])["warm_starts"]}
     else:
