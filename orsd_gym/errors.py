@@ -31,6 +31,21 @@ class UsageError(OrsdGymError):
     """A command was called wrongly: printed as one line, exit status 2."""
 
 
+class DiskWriteError(OrsdGymError, OSError):
+    """A write found no room or no permission (a full disk, a file-size limit, a read-only or
+    forbidden directory). Its one line names the file, what was being written, why, what is
+    intact and what to do; a layer that knows more (the trainer: its last good checkpoint) fills
+    ``intact`` and ``hint`` on the way up."""
+
+    def __init__(self, path: str, what: str, reason: str, *, intact: str = "", hint: str = "") -> None:
+        super().__init__(f"{what}: {reason}")
+        self.path, self.what, self.reason, self.intact, self.hint = path, what, reason, intact, hint
+
+    def __str__(self) -> str:
+        parts = [f"could not write {self.what} to {self.path}: {self.reason}", self.intact, self.hint]
+        return "; ".join(part for part in parts if part)
+
+
 # --------------------------------------------------------------------------- environments
 
 

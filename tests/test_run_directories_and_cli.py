@@ -152,7 +152,7 @@ def test_a_finished_run_kept_without_its_checkpoints_is_never_retrained_over(fin
 def test_a_checkpoint_write_stopped_midway_leaves_nothing_behind(finished_run, tmp_path, monkeypatch):
     import errno
 
-    from orsd_gym.errors import CheckpointError
+    from orsd_gym.errors import DiskWriteError
     from orsd_gym.train import checkpoint as checkpoints
 
     run = tmp_path / "run"
@@ -167,7 +167,7 @@ def test_a_checkpoint_write_stopped_midway_leaves_nothing_behind(finished_run, t
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(checkpoints, "save_file", full_disk)
-    with pytest.raises(CheckpointError, match="No space left on device; the last complete one, iter_000001, is intact"):
+    with pytest.raises(DiskWriteError, match=r"disk under .* is full.*the last good checkpoint \(iter_000001, iteration 1\) is intact"):
         checkpoints.save_checkpoint(run / "checkpoints", 2, policy_state={}, optimizer_tensors={}, state={})
     assert [p.name for p in (run / "checkpoints").iterdir()] == ["iter_000001"]
 

@@ -29,12 +29,13 @@ from safetensors.torch import load_file
 from orsd_gym import configio
 from orsd_gym.algos.base import PreparedBatch, make_algorithm
 from orsd_gym.allocator import return_freed_memory, trim_heap
-from orsd_gym.errors import ConfigError
+from orsd_gym.errors import ConfigError, DiskWriteError
 from orsd_gym.policies.models import load_policy
 from orsd_gym.profiling import phase
 from orsd_gym.rollout.collector import collect
 from orsd_gym.rollout.stats import rollout_stats
 from orsd_gym.train.checkpoint import (
+    intact_note,
     join_optimizer_state,
     latest_good_checkpoint,
     save_checkpoint,
@@ -67,6 +68,7 @@ from orsd_gym.train.update import (
 )
 from orsd_gym.train.warm_start import ensure_warm_start
 from orsd_gym.train.workers import SINGLE, Workers
+from orsd_gym.writable import write_file
 
 
 @dataclass
@@ -278,7 +280,11 @@ class Trainer:
         try:
             with LiveView(title, cfg.train.iterations, start, enabled=self.live, console=self.console) as view:
                 if self.warm_start_metrics and main:
-                    (self.output_dir / "warm_start.json").write_text(json.dumps(self.warm_start_metrics, indent=1))
+                    write_file(
+                        self.output_dir / "warm_start.json",
+                        json.dumps(self.warm_start_metrics, indent=1),
+                        "the warm start's metrics",
+                    )
                 if start == 0 and cfg.eval.every > 0:
                     view.phase("eval")
                     final_eval = self._evaluate(0)
@@ -297,6 +303,12 @@ class Trainer:
                     if done % cfg.train.checkpoint_every == 0 or done == cfg.train.iterations:
                         with phase("checkpoint"):
                             self._checkpoint(done)
+        except DiskWriteError as error:
+            # Whatever write it was (a record, an audit, a checkpoint), the run stands at its
+            # last good checkpoint.
+            error.intact = intact_note(self.output_dir / "checkpoints")
+            error.hint = "free space (or fix the permission) and run the same command with --resume"
+            raise
         finally:
             if self.metrics is not None:
                 self.metrics.close()
