@@ -43,6 +43,7 @@ from orsd_gym.jsonio import json_safe
 from orsd_gym.policies.base import Completion, Policy, SamplingParams
 from orsd_gym.rollout import prompts
 from orsd_gym.rollout.actions import choose_action, get_parser
+from orsd_gym.rollout.contract import EnvCallFailed, broken, contract_problem
 from orsd_gym.rollout.envpool import EnvSlots, SlotPool
 from orsd_gym.rollout.episode import PerStepEpisode, SequenceEpisode
 from orsd_gym.rollout.options import RolloutOptions
@@ -220,17 +221,21 @@ class _Rollout:
             episode = pending.pop(0)
             episode.slot = self.free.pop(0)
             starting.append(episode)
-        replies = self.slots.reset_many(
-            {
-                e.slot: (e.seed, {} if e.requested_task_id is None else {"task_id": e.requested_task_id})
-                for e in starting
-            }
-        )
+        self.active.extend(starting)
+        try:
+            replies = self.slots.reset_many(
+                {
+                    e.slot: (e.seed, {} if e.requested_task_id is None else {"task_id": e.requested_task_id})
+                    for e in starting
+                }
+            )
+        except EnvCallFailed as failure:
+            raise self._failed(failure, None) from failure.error
         for episode in starting:
             self._start(episode, *replies[episode.slot])
-            self.active.append(episode)
 
     def _start(self, episode: _Episode, observation: str, info: dict[str, Any]) -> None:
+        self._check(episode, None, observation, info)
         info = fill_templates(info, self.templates)
         if self.parser.numbered_choices and self.teacher is None and not info.get("admissible_actions"):
             raise ConfigError(
@@ -238,7 +243,6 @@ class _Rollout:
                 f"but {self.slots.env_id or 'the env'} lists none at reset (info['admissible_actions']); "
                 "use action_format='last_line' or 'tag'"
             )
-        _check_text_observation(observation, self.slots.env_id, episode, None)
         episode.task = str(info.get("task", ""))
         requested = episode.requested_task_id
         episode.task_id = int(info.get("task_id", requested if requested is not None else -1))
@@ -296,6 +300,25 @@ class _Rollout:
         ended = self.policy.tokenizer.eos_token_id is not None
         return Completion(tokens, [0.0] * len(tokens), text, "eos" if ended else "length")
 
+    def _check(self, episode: _Episode, action: str | None, observation: Any, info: Any, reward: Any = 0.0) -> None:
+        """Any env's reply, a plain `gymnasium.Env`'s too, meets the text-env contract."""
+        problem = contract_problem(observation, info, reward)
+        if problem is not None:
+            raise broken(self.slots.env_id, episode.seed, episode.requested_task_id, action, problem)
+
+    def _failed(self, failure: EnvCallFailed, action_of: dict[int, str] | None) -> EnvContractError:
+        """The contract error of the episode whose env raised (``action_of``: each slot's action)."""
+        episode = next(e for e in self.active if e.slot == failure.slot)
+        action = None if action_of is None else action_of[failure.slot]
+        error = failure.error
+        return broken(
+            self.slots.env_id,
+            episode.seed,
+            episode.requested_task_id,
+            action,
+            f"raised {type(error).__name__}: {error}",
+        )
+
     # ------------------------------------------------------------------ 3. step
     def step_round(self) -> list[_Episode]:
         """Send this round's actions, record the envs' replies; returns the episodes that finished."""
@@ -310,7 +333,10 @@ class _Rollout:
             episode.format_valid.append(parsed.format_valid)
             episode.actions.append(parsed.action)
             actions[episode.slot] = parsed.action
-        results = self.slots.step(actions) if actions else {}
+        try:
+            results = self.slots.step(actions) if actions else {}
+        except EnvCallFailed as failure:
+            raise self._failed(failure, actions) from failure.error
         finished, still = [], []
         for episode in self.active:
             if episode.slot in results:
@@ -335,7 +361,7 @@ class _Rollout:
         truncated: bool,
         info: dict[str, Any],
     ) -> None:
-        _check_text_observation(observation, self.slots.env_id, episode, episode.actions[-1])
+        self._check(episode, episode.actions[-1], observation, info, reward)
         info = fill_templates(info, self.templates)
         episode.observations.append(observation)
         episode.rewards.append(float(reward))
@@ -351,16 +377,6 @@ class _Rollout:
             message = prompts.observation_message(self.prompt, observation, info)
             episode.observation_messages.append(message)
             episode.builder.add_observation(message, action=episode.actions[-1], observation=observation, info=info)
-
-
-def _check_text_observation(observation: Any, env_id: str, episode: _Episode, action: str | None) -> None:
-    """Envs that are not `TextEnv`s are checked here, where their output enters the rollout."""
-    if not isinstance(observation, str):
-        step = "at reset" if action is None else f"after action {action[:200]!r}"
-        raise EnvContractError(
-            f"{env_id or 'the env'} (task seed {episode.seed}, task id {episode.requested_task_id}) {step} returned a "
-            f"{type(observation).__name__} observation; a text env's observations are strings"
-        )
 
 
 def _edited(

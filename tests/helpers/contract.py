@@ -93,3 +93,45 @@ def fuzz_invalid_actions_are_noops(env: gym.Env, *, seed: int = 0, max_examples:
             env.reset(seed=seed)
 
     check()
+
+
+# --------------------------------------------------------------------------- any env the collector steps
+
+
+class PlainTextGame(gym.Env):
+    """A plain `gymnasium.Env` (not a `TextEnv`, so nothing of the package checks it itself)
+    speaking text, which breaks the contract on purpose: ``fault`` replaces part of its reply
+    ``when`` it resets or steps (see `CONTRACT_FAULTS`)."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, fault: Callable[[tuple], tuple] | None = None, when: str = "step") -> None:
+        self.observation_space = gym.spaces.Text(max_length=1000)
+        self.action_space = gym.spaces.Text(max_length=1000)
+        self.fault, self.when = fault, when
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        reply = ("Say the word 'ok'.", {"task": "Say the word 'ok'.", "admissible_actions": ["ok"]})
+        return self.fault(reply) if self.fault and self.when == "reset" else reply
+
+    def step(self, action):
+        reply = (f"You said {action!r}.", 1.0, True, False, {"won": action == "ok"})
+        return self.fault(reply) if self.fault and self.when == "step" else reply
+
+
+def _raise(reply: tuple) -> tuple:
+    raise ValueError("engine crashed")
+
+
+#: A broken reply (``when``, how it is broken) -> what the collector's one-line error says.
+CONTRACT_FAULTS = {
+    "an int observation at reset": ("reset", lambda r: (42, *r[1:]), r"at reset returned a int observation"),
+    "bytes observation": ("step", lambda r: (b"ok", *r[1:]), r"after action .* returned a bytes observation"),
+    # (a vector env's own batching of the infos is what fails first there)
+    "a list info at reset": ("reset", lambda r: (r[0], ["ok"]), r"at reset (returned a list info|raised Attr)"),
+    "a NaN reward": ("step", lambda r: (r[0], float("nan"), *r[2:]), r"after action .* returned the reward nan"),
+    "a None reward": ("step", lambda r: (r[0], None, *r[2:]), r"after action .* returned the reward None"),
+    "a reset that raises": ("reset", _raise, r"at reset raised ValueError: engine crashed"),
+    "a step that raises": ("step", _raise, r"after action .* raised ValueError: engine crashed"),
+}
