@@ -62,6 +62,7 @@ from orsd_gym.train.update import (
     activation_budget,
     apply_optim_settings,
     check_trainable_precision,
+    has_model_tokens,
     make_optimizer,
     skip_update,
     update_policy,
@@ -385,7 +386,10 @@ class Trainer:
         view.phase(f"update {iteration + 1}")
         with phase("update") as timer:
             # Decided together: every worker takes part in an update's all-reduces, or none does.
-            if any(workers.all_gather(self.algorithm.has_learning_signal(batch))):
+            # A batch without a model token has no loss to differentiate, whatever the algorithm
+            # (and a worker without one could not take part in the others' all-reduces).
+            tokens = all(workers.all_gather(has_model_tokens(batch)))
+            if tokens and any(workers.all_gather(self.algorithm.has_learning_signal(batch))):
                 losses = update_policy(
                     self.policy,
                     self.algorithm,
@@ -396,9 +400,9 @@ class Trainer:
                     seed=seed,
                     iteration=iteration,
                     workers=workers,
-                ) | {"skipped": 0.0}
+                ) | {"skipped": 0.0, "no_model_tokens": 0.0}
             else:
-                losses = skip_update(self.scheduler, cfg.optim, len(batch.trajectories))
+                losses = skip_update(self.scheduler, cfg.optim, len(batch.trajectories), no_model_tokens=not tokens)
         self._release_freed_memory()  # the update's gradients and activations
         record.update(namespaced(losses, "loss"))
         record["time/update"] = timer.seconds
