@@ -118,7 +118,7 @@ def disk_errors(path: str | Path, what: str, *, size: int | None = None, partial
         code = disk_errno(error)
         if code is None:
             raise
-        raise DiskWriteError(str(path), what, _reason(code, Path(path), size)) from error
+        raise DiskWriteError(str(path), what, *_reason_and_remedy(code, Path(path), size)) from error
 
 
 def disk_errno(error: BaseException) -> int | None:
@@ -133,15 +133,15 @@ def disk_errno(error: BaseException) -> int | None:
     return code if code in DISK_ERRNOS else None
 
 
-def _reason(code: int, path: Path, size: int | None) -> str:
+def _reason_and_remedy(code: int, path: Path, size: int | None) -> tuple[str, str]:
     if code in (errno.ENOSPC, errno.EDQUOT):
         needed = f"{size} bytes to write, " if size is not None else ""
-        return f"the disk under {path.parent} is full ({needed}{_free_bytes(path.parent)} bytes free)"
+        return f"the disk under {path.parent} is full ({needed}{_free_bytes(path.parent)} bytes free)", "free space"
     if code == errno.EFBIG:
-        return "the file would exceed the file-size limit of this process (ulimit -f)"
+        return "the file would exceed this process's file-size limit", "raise the limit (ulimit -f)"
     if code == errno.EROFS:
-        return f"{path.parent} is on a read-only file system"
-    return f"permission denied in {path.parent}"
+        return f"{path.parent} is on a read-only file system", "make it writable"
+    return f"permission denied in {path.parent}", "make it writable"
 
 
 def _free_bytes(directory: Path) -> int:

@@ -308,7 +308,6 @@ class Trainer:
             # Whatever write it was (a record, an audit, a checkpoint), the run stands at its
             # last good checkpoint.
             error.intact = intact_note(self.output_dir / "checkpoints")
-            error.hint = "free space (or fix the permission) and run the same command with --resume"
             raise
         finally:
             if self.metrics is not None:
