@@ -218,3 +218,17 @@ def test_a_failed_write_or_append_removes_what_it_wrote(tmp_path, monkeypatch):
     with pytest.raises(DiskWriteError, match="could not write a record .* file-size limit"):
         writable.append_text(record, '{"iteration": 2}\n', "a record")
     assert record.read_text() == '{"iteration": 1}\n' and not _leftovers(tmp_path)
+
+
+def test_an_unwritable_heatmap_or_evaluation_output_is_refused_before_any_work(finished_run, monkeypatch, capsys):
+    from orsd_gym.cli import inspect as inspect_command
+
+    loaded = []
+    monkeypatch.setattr(inspect_command, "load_credit", lambda *args: loaded.append(args))
+    assert main(["inspect", str(finished_run), "--iteration", "1", "--html", "/proc/credit.html"]) == 2
+    assert _one_line_error(capsys) == (
+        "orsd-gym inspect: error: --html='/proc/credit.html': cannot write in /proc (No such file or directory)"
+    )
+    assert not loaded  # nothing was loaded or scored
+    assert main(["eval", "--checkpoint", str(finished_run), "--out", "/proc/eval.jsonl"]) == 2
+    assert "--out='/proc/eval.jsonl': cannot write in /proc" in _one_line_error(capsys)
