@@ -2,6 +2,10 @@
 
 Before a run writes anything, `claim_run_directory` checks the directory against the request:
 
+* a directory with no checkpoint and no measured record (metrics, evaluations) holds nothing a
+  run would lose (one stopped before its first iteration, by a wrong model name or Ctrl-C): any
+  command starts it over, whatever its settings, and says so; files of other tools (a lock)
+  are not a run's and stay;
 * a fresh run into a directory that already holds a run is refused unless told to overwrite
   (which first removes the old run's files, so no record mixes two runs);
 * a run whose records reach its last iteration is finished even when its checkpoints are gone
@@ -110,17 +114,18 @@ def claim_run_directory(
     root = Path(output_dir)
     existing = [name for name in RUN_FILES if (root / name).exists()]
     checkpoints = list_checkpoints(root / "checkpoints")
+    if existing and not checkpoints and not _has_records(root):
+        # A run that stopped before its first iteration ended (a wrong model name, Ctrl-C
+        # during the warm start): whatever its settings, and whether the command resumes or
+        # overwrites, nothing trained or measured is lost by starting over.
+        _remove(root, existing)
+        return Claim(restarted="it holds no checkpoint and no metrics (a run that stopped before its first iteration)")
     if existing and not checkpoints and not overwrite and _records_finished(root):
         raise RunDirectoryError(
             f"{root} holds a finished run whose checkpoints are gone (its records reach its last "
             "iteration): there is nothing to resume; --overwrite trains it again, or choose another "
             "train.output_dir"
         )
-    if existing and not checkpoints and not overwrite and not _has_records(root):
-        # A run that stopped before its first iteration ended (a misspelt model name, Ctrl-C
-        # during the warm start): whatever its settings, nothing trained or measured is lost.
-        _remove(root, existing)
-        return Claim(restarted="it holds no checkpoint and no metrics (a run that stopped before its first iteration)")
     if existing and not checkpoints and not overwrite and _same_run(root, record, defaults):
         # This run, stopped before its first checkpoint (a crash, Ctrl-C, a full disk): nothing
         # trained is lost by starting it over, with or without --resume.
