@@ -4,7 +4,8 @@ A `TextEnv` checks its own engine's output; a plain `gymnasium.Env`, a vector en
 in another process is checked here, by the collector, whatever wraps it: a reset or a step
 that raised, an observation that is not a string, a reward that is not a finite number or an
 info that is not a dict is one `EnvContractError` naming the env, the task and the action,
-never a sample played on with a coerced value.
+never a sample played on with a coerced value. (An env in an `AsyncVectorEnv`'s subprocess that
+raises is reported as that vector env reports it: which episode it played is not known there.)
 """
 
 from __future__ import annotations

@@ -307,7 +307,7 @@ class Trainer:
         except DiskWriteError as error:
             # Whatever write it was (a record, an audit, a checkpoint), the run stands at its
             # last good checkpoint.
-            error.intact = intact_note(self.output_dir / "checkpoints")
+            error.intact = error.intact or intact_note(self.output_dir / "checkpoints")
             raise
         finally:
             if self.metrics is not None:
