@@ -35,6 +35,27 @@ class UsageError(OrsdGymError):
     """A command was called wrongly: printed as one line, exit status 2."""
 
 
+class DiskWriteError(OrsdGymError, OSError):
+    """A write found no room or no permission (a full disk, a file-size limit, a read-only or
+    forbidden directory). Its one line names the file, what was being written, why, what is
+    intact and what to do: ``remedy`` (free space, ...), then ``next_step``. A layer that knows
+    more fills these on the way up: the trainer its last good checkpoint (``intact``), a command
+    how to continue (``next_step``)."""
+
+    def __init__(self, path: str, what: str, reason: str, remedy: str) -> None:
+        super().__init__(f"{what}: {reason}")
+        self.path, self.what, self.reason, self.remedy = path, what, reason, remedy
+        self.intact = ""
+        self.next_step = "run the same command again"
+
+    def __reduce__(self):  # pickled whole (a data-parallel worker's error reaches the launcher)
+        return type(self), (self.path, self.what, self.reason, self.remedy), self.__dict__
+
+    def __str__(self) -> str:
+        parts = [f"could not write {self.what} to {self.path}: {self.reason}", self.intact]
+        return "; ".join(part for part in parts if part) + f"; {self.remedy}, then {self.next_step}"
+
+
 # --------------------------------------------------------------------------- environments
 
 

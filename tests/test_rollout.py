@@ -7,6 +7,7 @@ import sys
 
 import gymnasium as gym
 import pytest
+from contract import CONTRACT_FAULTS, PlainTextGame
 
 pytest.importorskip("torch")
 
@@ -294,3 +295,21 @@ def test_a_plain_gym_env_with_a_non_text_observation_is_named_with_its_task(poli
     sampling = SamplingParams(max_new_tokens=4)
     with pytest.raises(EnvContractError, match=r"task seed 3.*after action .* returned a int observation"):
         collect([NumberObservations(gym.make(GUESS))], policy, [3], group_size=1, sampling=sampling, options=options)
+
+
+@pytest.mark.parametrize("wrapping", ["an env", "a list of envs", "a SyncVectorEnv"])
+@pytest.mark.parametrize("fault", sorted(CONTRACT_FAULTS))
+def test_any_env_the_collector_steps_meets_the_contract_or_is_named(policy, fault, wrapping):
+    """The checks a `TextEnv` makes of its engine apply to a plain `gymnasium.Env` too, however
+    it is handed to the collector: one error naming the task and the action, nothing coerced."""
+    from orsd_gym.errors import EnvContractError
+
+    when, breaks, said = CONTRACT_FAULTS[fault]
+    env = {
+        "an env": lambda: PlainTextGame(breaks, when),
+        "a list of envs": lambda: [PlainTextGame(breaks, when)],
+        "a SyncVectorEnv": lambda: gym.vector.SyncVectorEnv([lambda: PlainTextGame(breaks, when)]),
+    }[wrapping]()
+    options = RolloutOptions(action_format="last_line", max_turns=2)
+    with pytest.raises(EnvContractError, match=r"task seed 3, task id None\) " + said):
+        collect(env, policy, [3], group_size=1, sampling=SamplingParams(max_new_tokens=4), options=options)

@@ -130,6 +130,33 @@ def test_a_run_stopped_before_its_first_checkpoint_restarts_with_the_same_comman
     assert Trainer(_config(run), resume=True).run().final_eval is not None  # --resume too
 
 
+def test_a_directory_with_no_checkpoint_and_no_metrics_is_started_over_by_the_corrected_command(tmp_path, monkeypatch):
+    """A run stopped before its first iteration (Ctrl-C while its model loads) left only its
+    settings: the corrected command, other settings and all, starts it over and says so. A
+    file another tool keeps there (a lock) is no run and is left alone."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    from orsd_gym.train import trainer
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    run = tmp_path / "run"
+    monkeypatch.setattr(trainer, "load_policy", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        Trainer(_config(run, "optim.lr=0.5"))
+    monkeypatch.undo()
+    assert (run / "config.yaml").is_file() and not (run / "metrics.jsonl").exists()
+    (run / ".lock").write_text("12345\n")
+    said = StringIO()
+    Trainer(_config(run), console=Console(file=said, width=300)).run()
+    assert f"{run}: it holds no checkpoint and no metrics" in said.getvalue() and "starting it over" in said.getvalue()
+    assert [r["iteration"] for r in read_metrics(run / "eval.jsonl")] == [0, 1]
+    assert (run / ".lock").read_text() == "12345\n"
+
+
 def _crash_in_first_iteration(run: Path) -> None:
     """Leave ``run`` as a run that crashed in its first iteration leaves it: no checkpoint, no
     iteration recorded."""
@@ -152,7 +179,7 @@ def test_a_finished_run_kept_without_its_checkpoints_is_never_retrained_over(fin
 def test_a_checkpoint_write_stopped_midway_leaves_nothing_behind(finished_run, tmp_path, monkeypatch):
     import errno
 
-    from orsd_gym.errors import CheckpointError
+    from orsd_gym.errors import DiskWriteError
     from orsd_gym.train import checkpoint as checkpoints
 
     run = tmp_path / "run"
@@ -167,7 +194,8 @@ def test_a_checkpoint_write_stopped_midway_leaves_nothing_behind(finished_run, t
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(checkpoints, "save_file", full_disk)
-    with pytest.raises(CheckpointError, match="No space left on device; the last complete one, iter_000001, is intact"):
+    kept = r"the last good checkpoint \(iter_000001, iteration 1\) is intact"
+    with pytest.raises(DiskWriteError, match=r"disk under .* is full.*" + kept):
         checkpoints.save_checkpoint(run / "checkpoints", 2, policy_state={}, optimizer_tensors={}, state={})
     assert [p.name for p in (run / "checkpoints").iterdir()] == ["iter_000001"]
 

@@ -27,6 +27,7 @@ from orsd_gym.envs.tasks import TaskSpec, as_task_spec
 from orsd_gym.jsonio import json_safe
 from orsd_gym.wrappers import TextEncoder
 from orsd_gym.wrappers.encoders import make_encoder
+from orsd_gym.writable import write_file, write_with
 
 AlgoName = Literal["maskable_ppo", "ppo", "dqn", "random"]
 MODEL_FILE = "model.zip"
@@ -209,9 +210,9 @@ def _save(result: BaselineResult, model: BaseAlgorithm | None, out_dir: str | Pa
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     if model is not None:
-        model.save(out / MODEL_FILE)
+        write_with(out / MODEL_FILE, "the baseline's model", model.save)
         result.model_path = str(out / MODEL_FILE)
-    (out / RESULT_FILE).write_text(jsonio.dumps(json_safe(result.to_dict()), indent=2))
+    write_file(out / RESULT_FILE, jsonio.dumps(json_safe(result.to_dict()), indent=2), "the baseline's result")
     return result
 
 

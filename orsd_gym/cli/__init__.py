@@ -14,7 +14,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from orsd_gym.errors import OrsdGymError
+from orsd_gym.errors import DiskWriteError, OrsdGymError
 
 #: name -> (module under orsd_gym.cli, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -78,6 +78,12 @@ def run_reporting_errors(
     """
     try:
         return int(command() or 0)
+    except DiskWriteError as error:
+        # The disk filled up (or the like) mid-work: what was written is intact; say how to go on.
+        hint = continue_hint() if callable(continue_hint) else continue_hint
+        error.next_step = hint or error.next_step
+        print(f"{name}: error: {error}", file=sys.stderr)
+        return 2
     except OrsdGymError as error:
         print(f"{name}: error: {error}", file=sys.stderr)
         return 2

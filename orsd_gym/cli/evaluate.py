@@ -16,6 +16,7 @@ from orsd_gym.train.checkpoint import latest_good_checkpoint, load_checkpoint
 from orsd_gym.train.config import Config, resolve_algo
 from orsd_gym.train.evaluate import evaluate_checkpoint
 from orsd_gym.train.validation import validate_settings
+from orsd_gym.writable import writable_file
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,6 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     apply_threads(args)
+    if args.out:
+        writable_file(args.out, "--out")  # before evaluating, not after
     path = Path(args.checkpoint)
     checkpoint = (
         load_checkpoint(path) if (path / "manifest.json").exists() else latest_good_checkpoint(path / "checkpoints")

@@ -11,6 +11,7 @@ from rich.console import Console
 from orsd_gym.errors import UsageError
 from orsd_gym.experiments.credit import load_credit, render_html, render_terminal
 from orsd_gym.policies.models import load_tokenizer
+from orsd_gym.writable import writable_file, write_file
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,6 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.html:
+        writable_file(args.html, "--html")  # before loading and scoring, not after
     config_path = Path(args.run_dir) / "config.yaml"
     if not config_path.is_file():
         raise UsageError(f"{args.run_dir} is not a run directory (no config.yaml)")
@@ -35,6 +38,6 @@ def run(args: argparse.Namespace) -> int:
     view = load_credit(args.run_dir, args.iteration, args.trajectory, load_tokenizer(model_name), args.colour)
     render_terminal(view, Console())
     if args.html:
-        Path(args.html).write_text(render_html(view), encoding="utf-8")
+        write_file(args.html, render_html(view), "the credit heatmap")
         print(f"wrote {args.html}")
     return 0

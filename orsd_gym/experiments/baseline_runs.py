@@ -22,6 +22,7 @@ from orsd_gym import configio, jsonio
 from orsd_gym.train.config import Config, run_record
 from orsd_gym.train.plan import build_task_plan
 from orsd_gym.train.rundir import config_differences
+from orsd_gym.writable import write_file
 
 #: Held-out evaluations over a baseline's training (its curve's points, besides step 0).
 EVALUATIONS = 5
@@ -58,12 +59,20 @@ def run_baseline(config: Config, algo: str, run_dir: Path, env_steps: int) -> No
         ),
         out_dir=run_dir,
     )
-    with open(run_dir / "eval.jsonl", "w", encoding="utf-8") as handle:
-        for index, point in enumerate(result.curve):
-            evaluation = {"eval/success_rate": point.success_rate, "eval/mean_return": point.mean_return}
-            handle.write(jsonio.dumps({"iteration": index, "env_steps": point.env_steps, **evaluation}) + "\n")
-    (run_dir / "task_plan.json").write_text(json.dumps({"summary": plan.summary(), "keys": plan.keys()}, indent=1))
-    (run_dir / "metrics.jsonl").write_text(
-        jsonio.dumps({"baseline/env_steps_per_second": result.env_steps_per_second}) + "\n"
+    evaluations = [
+        {
+            "iteration": index,
+            "env_steps": point.env_steps,
+            "eval/success_rate": point.success_rate,
+            "eval/mean_return": point.mean_return,
+        }
+        for index, point in enumerate(result.curve)
+    ]
+    write_file(
+        run_dir / "eval.jsonl", "".join(jsonio.dumps(e) + "\n" for e in evaluations), "the baseline's evaluations"
     )
-    saved.write_text(yaml.safe_dump(record, sort_keys=False))
+    plan_record = json.dumps({"summary": plan.summary(), "keys": plan.keys()}, indent=1)
+    write_file(run_dir / "task_plan.json", plan_record, "the baseline's task plan")
+    speed = jsonio.dumps({"baseline/env_steps_per_second": result.env_steps_per_second}) + "\n"
+    write_file(run_dir / "metrics.jsonl", speed, "the baseline's metrics")
+    write_file(saved, yaml.safe_dump(record, sort_keys=False), "the baseline's settings")

@@ -33,7 +33,7 @@ from orsd_gym.train.launch import train, under_torchrun
 from orsd_gym.train.metrics import read_metrics
 from orsd_gym.train.rundir import finished_from_records, finished_run
 from orsd_gym.train.validation import validate_settings
-from orsd_gym.writable import writable_directory
+from orsd_gym.writable import writable_directory, write_file
 
 #: The stable-baselines3 algorithms a comparison arm can name (``sb3:<name>``).
 SB3_BASELINES = ("maskable_ppo", "ppo", "dqn")
@@ -151,8 +151,10 @@ def compare(
     # Per seed the LLM arms run first: a baseline gets the environment steps they used.
     parsed = sorted((Arm.parse(text) for text in arms), key=lambda arm: arm.baseline is not None)
     configs = [(arm, seed, run_config(base, arm, seed, out_dir)) for seed in seeds for arm in parsed]
-    (out_dir / "compare_config.yaml").write_text(
-        json.dumps({"arms": arms, "seeds": seeds, "base": configio.to_dict(base)}, indent=1)
+    write_file(
+        out_dir / "compare_config.yaml",
+        json.dumps({"arms": arms, "seeds": seeds, "base": configio.to_dict(base)}, indent=1),
+        "the comparison's settings",
     )
     results: list[RunResult] = []
     for arm, seed, config in configs:

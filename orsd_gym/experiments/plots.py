@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from orsd_gym.writable import write_with
+
 #: The range each plotted metric can take (the y-axis spans it; intervals are clipped to it).
 #: The built-in envs' returns lie in [0, 1] (success, WebShop's score).
 METRIC_RANGES = {"eval/success_rate": (0.0, 1.0), "eval/mean_return": (0.0, 1.0)}
@@ -58,8 +60,10 @@ def plot_curves(summary: dict[str, Any], path: Path, key: str, ylabel: str) -> d
     if ax.get_legend_handles_labels()[0]:  # runs without evaluations draw nothing to label
         ax.legend(title="band: lowest to highest seed", fontsize=8, title_fontsize=8)
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    try:
+        write_with(path, "a plot", fig.savefig)
+    finally:
+        plt.close(fig)
     return drawn
 
 

@@ -25,6 +25,7 @@ from orsd_gym.experiments.learning_signal import signal_lines
 from orsd_gym.experiments.plots import METRIC_RANGES, coinciding_arms, plot_curves
 from orsd_gym.experiments.power import MDD_LEGEND, add_power, detectable_sentence, power_tag
 from orsd_gym.train.stats import Estimate, mean_ci, number_or_nan
+from orsd_gym.writable import write_file
 
 #: Below this many seeds an interval is reported but called too wide to separate arms.
 FEW_SEEDS = 3
@@ -265,10 +266,8 @@ def _recorded_settings(out_dir: Path, summary: dict[str, Any]) -> dict[str, Any]
 
 def write_summary_report(out_dir: Path, summary: dict[str, Any], cfg: dict[str, Any]) -> Path:
     """Write ``summary`` as results.json and its report.md (`render_report`) into ``out_dir``."""
-    (out_dir / "results.json").write_text(jsonio.dumps(summary, indent=1))
-    report = out_dir / "report.md"
-    report.write_text(render_report(summary, cfg), encoding="utf-8")
-    return report
+    write_file(out_dir / "results.json", jsonio.dumps(summary, indent=1), "the comparison's results")
+    return write_file(out_dir / "report.md", render_report(summary, cfg), "the comparison's report")
 
 
 def render_report(summary: dict[str, Any], cfg: dict[str, Any]) -> str:

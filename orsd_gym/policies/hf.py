@@ -24,6 +24,7 @@ from orsd_gym.policies.precision import compute_dtype, computing_in, copy_in_dty
 from orsd_gym.policies.sampler import Sampler, stop_token_ids
 from orsd_gym.policies.scorer import Scorer
 from orsd_gym.profiling import phase
+from orsd_gym.writable import write_with
 
 __all__ = ["HFPolicy", "LoRASettings", "load_pretrained", "resolve_dtype"]
 
@@ -252,7 +253,13 @@ class HFPolicy:
     def save(self, path: str | Path) -> None:
         """Write `state_dict` to a safetensors file."""
         tensors = {k: v.contiguous().cpu() for k, v in self.state_dict().items()}
-        save_file(tensors, str(path), metadata={"model": self.name})
+        size = sum(t.numel() * t.element_size() for t in tensors.values())
+        write_with(
+            path,
+            "the weights",
+            lambda partial: save_file(tensors, str(partial), metadata={"model": self.name}),
+            size=size,
+        )
 
     def load(self, path: str | Path) -> None:
         """Restore weights written by `save`."""

@@ -21,7 +21,8 @@ groups among its workers (a worker playing groups k.. passes ``first_group=k``).
 
 Budgets (`RolloutOptions.max_turns`, `SamplingParams.max_new_tokens` per turn and
 `RolloutOptions.max_episode_tokens` per sample) end an episode with ``truncated=True``; it is
-returned, never dropped.
+returned, never dropped. An observation never takes the room of the model's next turn: one too
+long for it is cut, with a marker the model reads (`orsd_gym.rollout.fit`).
 """
 
 from __future__ import annotations
@@ -43,8 +44,10 @@ from orsd_gym.jsonio import json_safe
 from orsd_gym.policies.base import Completion, Policy, SamplingParams
 from orsd_gym.rollout import prompts
 from orsd_gym.rollout.actions import choose_action, get_parser
+from orsd_gym.rollout.contract import EnvCallFailed, broken, contract_problem
 from orsd_gym.rollout.envpool import EnvSlots, SlotPool
-from orsd_gym.rollout.episode import PerStepEpisode, SequenceEpisode
+from orsd_gym.rollout.episode import MessageEdit, PerStepEpisode, SequenceEpisode
+from orsd_gym.rollout.fit import fit_observation, reserved_turn
 from orsd_gym.rollout.options import RolloutOptions
 from orsd_gym.rollout.trajectory import EpisodeRecord, Trajectory
 from orsd_gym.wrappers.templates import fill_templates
@@ -77,6 +80,8 @@ class _Episode(EpisodeRecord):
     reused_tokens: int = 0
     #: Times the episode's env was lost and the episode replayed on a new one (remote envs).
     env_replays: int = 0
+    #: Observations cut to leave the model's turn its room (`orsd_gym.rollout.fit`).
+    observations_cut: int = 0
 
 
 def expert_teacher(info: dict[str, Any]) -> str:
@@ -200,6 +205,7 @@ class _Rollout:
         self.parser = get_parser(options.action_format)
         self.stop = tuple(dict.fromkeys((*sampling.stop, *self.parser.stop)))
         self.token_budget = min(options.max_episode_tokens, policy.max_positions)
+        self.reserve = reserved_turn(sampling.max_new_tokens, self.token_budget)
         prompt = env_prompt or prompts.prompt_for(slots.env_id)
         if self.parser.numbered_choices:
             # The format asks the model to choose from the list: show it, whatever the env's default.
@@ -221,17 +227,21 @@ class _Rollout:
             episode = pending.pop(0)
             episode.slot = self.free.pop(0)
             starting.append(episode)
-        replies = self.slots.reset_many(
-            {
-                e.slot: (e.seed, {} if e.requested_task_id is None else {"task_id": e.requested_task_id})
-                for e in starting
-            }
-        )
+        self.active.extend(starting)
+        try:
+            replies = self.slots.reset_many(
+                {
+                    e.slot: (e.seed, {} if e.requested_task_id is None else {"task_id": e.requested_task_id})
+                    for e in starting
+                }
+            )
+        except EnvCallFailed as failure:
+            raise self._failed(failure, None) from failure.error
         for episode in starting:
             self._start(episode, *replies[episode.slot])
-            self.active.append(episode)
 
     def _start(self, episode: _Episode, observation: str, info: dict[str, Any]) -> None:
+        self._check(episode, None, observation, info)
         info = fill_templates(info, self.templates)
         if self.parser.numbered_choices and self.teacher is None and not info.get("admissible_actions"):
             raise ConfigError(
@@ -239,30 +249,46 @@ class _Rollout:
                 f"but {self.slots.env_id or 'the env'} lists none at reset (info['admissible_actions']); "
                 "use action_format='last_line' or 'tag'"
             )
-        _check_text_observation(observation, self.slots.env_id, episode, None)
         episode.task = str(info.get("task", ""))
         requested = episode.requested_task_id
         episode.task_id = int(info.get("task_id", requested if requested is not None else -1))
         episode.env_id = self.slots.env_id or ""
-        episode.observations.append(observation)
         episode.infos.append(json_safe(info))
-        first = prompts.first_message(self.prompt, observation, info)
         edit = None
         if self.edit_prompt is not None:
             edit = functools.partial(_edited, self.edit_prompt, info=episode.infos[0], group_id=episode.group_id)
-        if self.options.layout == "sequence":
-            messages = [{"role": "system", "content": self.system}, {"role": "user", "content": first}]
-            episode.builder = SequenceEpisode(self.policy.chat, messages, edit)
-        else:
-
-            def render(recent, obs, inf, task=episode.task):
-                return prompts.per_step_message(self.prompt, task, recent, obs, inf)
-
-            episode.builder = PerStepEpisode(
-                self.policy.chat, self.system, first, render, self.options.history, observation, edit
-            )
+        observation = self._fitted(
+            episode, observation, lambda text: len(self._builder(episode, text, info, edit).context())
+        )
+        episode.observations.append(observation)
+        episode.builder = self._builder(episode, observation, info, edit)
         if self.options.kv_cache:
             episode.session = self.policy.new_session()
+
+    def _builder(
+        self, episode: _Episode, observation: str, info: dict[str, Any], edit: MessageEdit | None
+    ) -> SequenceEpisode | PerStepEpisode:
+        """The episode's samples as they start: the prompt with its first observation."""
+        first = prompts.first_message(self.prompt, observation, info)
+        if self.options.layout == "sequence":
+            messages = [{"role": "system", "content": self.system}, {"role": "user", "content": first}]
+            return SequenceEpisode(self.policy.chat, messages, edit)
+
+        def render(recent, obs, inf, task=episode.task):
+            return prompts.per_step_message(self.prompt, task, recent, obs, inf)
+
+        return PerStepEpisode(self.policy.chat, self.system, first, render, self.options.history, observation, edit)
+
+    def _fitted(self, episode: _Episode, observation: str, context_after: Callable[[str], int]) -> str:
+        """The observation as the model is shown it (`orsd_gym.rollout.fit`), given the context's
+        length were it shown as ``text``; a cut is recorded in the step's info and counted."""
+        shown, kept = fit_observation(
+            observation, lambda text: self.token_budget - context_after(text), self.reserve, self.token_budget
+        )
+        if kept is not None:
+            episode.infos[-1]["observation_cut"] = {"shown_chars": kept, "total_chars": len(observation)}
+            episode.observations_cut += 1
+        return shown
 
     # ------------------------------------------------------------------ 2. generate
     def generate_round(self) -> None:
@@ -297,6 +323,25 @@ class _Rollout:
         ended = self.policy.tokenizer.eos_token_id is not None
         return Completion(tokens, [0.0] * len(tokens), text, "eos" if ended else "length")
 
+    def _check(self, episode: _Episode, action: str | None, observation: Any, info: Any, reward: Any = 0.0) -> None:
+        """Any env's reply, a plain `gymnasium.Env`'s too, meets the text-env contract."""
+        problem = contract_problem(observation, info, reward)
+        if problem is not None:
+            raise broken(self.slots.env_id, episode.seed, episode.requested_task_id, action, problem)
+
+    def _failed(self, failure: EnvCallFailed, action_of: dict[int, str] | None) -> EnvContractError:
+        """The contract error of the episode whose env raised (``action_of``: each slot's action)."""
+        episode = next(e for e in self.active if e.slot == failure.slot)
+        action = None if action_of is None else action_of[failure.slot]
+        error = failure.error
+        return broken(
+            self.slots.env_id,
+            episode.seed,
+            episode.requested_task_id,
+            action,
+            f"raised {type(error).__name__}: {error}",
+        )
+
     # ------------------------------------------------------------------ 3. step
     def step_round(self) -> list[_Episode]:
         """Send this round's actions, record the envs' replies; returns the episodes that finished."""
@@ -311,7 +356,10 @@ class _Rollout:
             episode.format_valid.append(parsed.format_valid)
             episode.actions.append(parsed.action)
             actions[episode.slot] = parsed.action
-        results = self.slots.step(actions) if actions else {}
+        try:
+            results = self.slots.step(actions) if actions else {}
+        except EnvCallFailed as failure:
+            raise self._failed(failure, actions) from failure.error
         finished, still = [], []
         for episode in self.active:
             if episode.slot in results:
@@ -336,9 +384,8 @@ class _Rollout:
         truncated: bool,
         info: dict[str, Any],
     ) -> None:
-        _check_text_observation(observation, self.slots.env_id, episode, episode.actions[-1])
+        self._check(episode, episode.actions[-1], observation, info, reward)
         info = fill_templates(info, self.templates)
-        episode.observations.append(observation)
         episode.rewards.append(float(reward))
         episode.infos.append(json_safe(info))
         episode.success = episode.success or bool(info.get("won", False))
@@ -348,20 +395,20 @@ class _Rollout:
         max_turns = self.options.max_turns
         if not episode.finished and max_turns is not None and len(episode.actions) >= max_turns:
             episode.truncated, episode.cut_by = True, "max_turns"
-        if not episode.finished:
-            message = prompts.observation_message(self.prompt, observation, info)
-            episode.observation_messages.append(message)
-            episode.builder.add_observation(message, action=episode.actions[-1], observation=observation, info=info)
+        if episode.finished:  # what the env said last: no model turn answers it
+            episode.observations.append(observation)
+            return
+        action = episode.actions[-1]
 
+        def context_after(text: str) -> int:
+            message = prompts.observation_message(self.prompt, text, info)
+            return episode.builder.context_after(message, action=action, observation=text, info=info)
 
-def _check_text_observation(observation: Any, env_id: str, episode: _Episode, action: str | None) -> None:
-    """Envs that are not `TextEnv`s are checked here, where their output enters the rollout."""
-    if not isinstance(observation, str):
-        step = "at reset" if action is None else f"after action {action[:200]!r}"
-        raise EnvContractError(
-            f"{env_id or 'the env'} (task seed {episode.seed}, task id {episode.requested_task_id}) {step} returned a "
-            f"{type(observation).__name__} observation; a text env's observations are strings"
-        )
+        observation = self._fitted(episode, observation, context_after)
+        episode.observations.append(observation)
+        message = prompts.observation_message(self.prompt, observation, info)
+        episode.observation_messages.append(message)
+        episode.builder.add_observation(message, action=action, observation=observation, info=info)
 
 
 def _edited(
@@ -378,6 +425,7 @@ def _to_trajectories(episode: _Episode, slots: SlotPool, layout: str, temperatur
             "finish_reasons": list(episode.finish_reasons),
             "cut_by": episode.cut_by,
             "reused_prefix_tokens": episode.reused_tokens,
+            "observations_cut": episode.observations_cut,
         }
         if slots.remote:
             extra["env_replays"] = episode.env_replays

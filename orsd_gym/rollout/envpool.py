@@ -17,15 +17,19 @@ whole, idle slots with an empty action.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 import gymnasium as gym
 import numpy as np
 
+from orsd_gym.errors import OrsdGymError
 from orsd_gym.profiling import phase
+from orsd_gym.rollout.contract import EnvCallFailed
 
-StepResult = tuple[str, float, bool, bool, dict[str, Any]]
+#: A step's (observation, reward, terminated, truncated, info) as the env gave them: the
+#: collector checks them (`orsd_gym.rollout.contract`), so nothing here coerces a bad value.
+StepResult = tuple[Any, Any, bool, bool, Any]
 #: What one slot's reset needs: the reset seed and the reset options (e.g. ``task_id``).
 ResetRequest = tuple[int, dict[str, Any]]
 
@@ -89,8 +93,19 @@ def _step_async_workers(vector: gym.vector.AsyncVectorEnv, actions: Mapping[int,
     for slot, ((observation, reward, terminated, truncated, info), _) in replies.items():
         if vector.shared_memory:  # the worker wrote the observation there, not into its reply
             observation = vector.observations[slot]
-        results[slot] = (str(observation), float(reward), bool(terminated), bool(truncated), info)
+        results[slot] = (observation, reward, bool(terminated), bool(truncated), info)
     return results
+
+
+def _called(slot: int, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``call(*args, **kwargs)`` of one slot's env; what it raises (bar the package's own errors, which name
+    their task already) as `EnvCallFailed`, so the collector can name the episode."""
+    try:
+        return call(*args, **kwargs)
+    except OrsdGymError:
+        raise
+    except Exception as error:
+        raise EnvCallFailed(slot, error) from error
 
 
 class EnvSlots:
@@ -144,12 +159,13 @@ class EnvSlots:
     def reset(self, slot: int, seed: int, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         with phase("env_reset"):
             if self.vector is None:
-                return self.envs[slot].reset(seed=seed, options=dict(options))
+                return _called(slot, self.envs[slot].reset, seed=seed, options=dict(options))
             mask = np.zeros(self.n, dtype=np.bool_)
             mask[slot] = True
             seeds = [seed if i == slot else None for i in range(self.n)]
-            observations, infos = self.vector.reset(seed=seeds, options={**options, "reset_mask": mask})
-            return str(observations[slot]), _unbatch_info(infos, slot)
+            reset_options = {**options, "reset_mask": mask}
+            observations, infos = _called(slot, self.vector.reset, seed=seeds, options=reset_options)
+            return observations[slot], _unbatch_info(infos, slot)
 
     def reset_many(self, requests: Mapping[int, ResetRequest]) -> dict[int, tuple[str, dict[str, Any]]]:
         return {slot: self.reset(slot, seed, options) for slot, (seed, options) in requests.items()}
@@ -160,10 +176,9 @@ class EnvSlots:
     def step(self, actions: Mapping[int, str]) -> dict[int, StepResult]:
         """Step the slots in ``actions`` (and no other) with phase ``env_step``."""
         with phase("env_step"):
-            if self.vector is None:
-                return {slot: self.envs[slot].step(action) for slot, action in actions.items()}
-            if isinstance(self.vector, gym.vector.SyncVectorEnv):
-                return {slot: self.vector.envs[slot].step(action) for slot, action in actions.items()}
+            if self.vector is None or isinstance(self.vector, gym.vector.SyncVectorEnv):
+                envs = self.envs if self.vector is None else self.vector.envs
+                return {slot: _called(slot, envs[slot].step, action) for slot, action in actions.items()}
             if isinstance(self.vector, gym.vector.AsyncVectorEnv) and _steps_workers_alone(self.vector):
                 return _step_async_workers(self.vector, actions)
             return self._step_whole_vector(actions)
@@ -174,8 +189,8 @@ class EnvSlots:
         observations, rewards, terminated, truncated, infos = self.vector.step(tuple(batch))
         return {
             slot: (
-                str(observations[slot]),
-                float(rewards[slot]),
+                observations[slot],
+                rewards[slot],
                 bool(terminated[slot]),
                 bool(truncated[slot]),
                 _unbatch_info(infos, slot),

@@ -83,9 +83,16 @@ class SequenceEpisode:
         self._last = completion
 
     def add_observation(self, user_message: str, **_: Any) -> None:  # per-step keywords unused here
+        self.sample.append("env", self._bridge(user_message))
+
+    def context_after(self, user_message: str, **_: Any) -> int:
+        """The context's length were ``user_message`` added (`add_observation`'s arguments)."""
+        return len(self.sample.token_ids) + len(self._bridge(user_message))
+
+    def _bridge(self, user_message: str) -> list[int]:
         if self._last is None:
             raise RuntimeError("add_observation before any model turn")
-        self.sample.append("env", self.chat.bridge_tokens(user_message, self._last))
+        return self.chat.bridge_tokens(user_message, self._last)
 
     def drop_trailing_observation(self) -> None:
         """Remove a final env span (used when the episode is cut before the model could answer it)."""
@@ -127,14 +134,17 @@ class PerStepEpisode:
         self._current = self._new_sample(first_user)
 
     def _new_sample(self, user: str) -> Sample:
-        messages = [{"role": "system", "content": self.system}, {"role": "user", "content": user}]
-        if self.edit is not None:
-            shown = self.edit(messages)
-            self.edited = self.edited or shown != messages
-            messages = shown
+        messages, edited = self._messages(user)
+        self.edited = self.edited or edited
         sample = Sample(prompt_messages=messages)
         sample.append("prompt", self.chat.prompt_tokens(messages))
         return sample
+
+    def _messages(self, user: str) -> tuple[list[dict[str, str]], bool]:
+        """A step's prompt messages, and whether ``edit`` changed them."""
+        messages = [{"role": "system", "content": self.system}, {"role": "user", "content": user}]
+        shown = self.edit(messages) if self.edit is not None else messages
+        return shown, shown != messages
 
     def context(self) -> list[int]:
         return self._current.token_ids
@@ -146,8 +156,16 @@ class PerStepEpisode:
     def add_observation(self, user_message: str, *, action: str, observation: str, info: dict[str, Any]) -> None:
         self._steps.append((self._shown, action))
         self._shown = observation
-        recent = self._steps[-self.history :] if self.history else []
-        self._current = self._new_sample(self.render_step(recent, observation, info))
+        self._current = self._new_sample(self.render_step(self._recent(self._steps), observation, info))
+
+    def context_after(self, user_message: str, *, action: str, observation: str, info: dict[str, Any]) -> int:
+        """The context's length were this observation added (`add_observation`'s arguments)."""
+        steps = [*self._steps, (self._shown, action)]
+        messages, _ = self._messages(self.render_step(self._recent(steps), observation, info))
+        return len(self.chat.prompt_tokens(messages))
+
+    def _recent(self, steps: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        return steps[-self.history :] if self.history else []
 
     def samples(self) -> list[Sample]:
         return list(self._done)

@@ -42,8 +42,9 @@ class EnvActorLostWarning(UserWarning):
     """An env actor died and was replaced; its running episodes are replayed."""
 
 
-def _digest(observation: str) -> str:
-    return hashlib.blake2b(observation.encode("utf-8"), digest_size=16).hexdigest()
+def _digest(observation: object) -> str:
+    # str(): an observation that breaks the contract is reported by the collector, not here.
+    return hashlib.blake2b(str(observation).encode("utf-8"), digest_size=16).hexdigest()
 
 
 @dataclass
@@ -70,15 +71,15 @@ class EnvActor:
         return None if spec is None else spec.id
 
     def reset(self, index: int, seed: int, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-        observation, info = self.envs[index].reset(seed=seed, options=dict(options))
-        return str(observation), info
+        # As the env gave them: the collector checks the contract (`orsd_gym.rollout.contract`).
+        return self.envs[index].reset(seed=seed, options=dict(options))
 
     def step(self, index: int, action: str, replay: _Replay | None = None) -> StepResult:
         """One step of env ``index``; with ``replay``, first re-create its episode (the env was lost)."""
         if replay is not None:
             self._replay(index, replay)
         observation, reward, terminated, truncated, info = self.envs[index].step(action)
-        return str(observation), float(reward), bool(terminated), bool(truncated), info
+        return observation, reward, bool(terminated), bool(truncated), info
 
     def _replay(self, index: int, replay: _Replay) -> None:
         env = self.envs[index]

@@ -18,7 +18,8 @@ from orsd_gym.rollout.trajectory import Trajectory, episodes_of
 
 def rollout_stats(trajectories: Sequence[Trajectory]) -> dict[str, float]:
     """Success rate, mean return, episode length, invalid-action and format-error rates,
-    truncated fraction and environment steps per episode; tokens generated per sample."""
+    truncated fraction and environment steps per episode; tokens generated per sample;
+    observations cut to leave the model's turn its room (`orsd_gym.rollout.fit`), in all."""
     episodes = episodes_of(trajectories)
     if not episodes:
         return {
@@ -30,6 +31,7 @@ def rollout_stats(trajectories: Sequence[Trajectory]) -> dict[str, float]:
             "tokens_generated": 0.0,
             "truncated_frac": 0.0,
             "env_steps": 0.0,
+            "observations_cut": 0.0,
         }
     step_infos = [info for t in episodes for info in t.infos[1:]]
     invalid = sum(1 for info in step_infos if not info.get("is_valid_action", True))
@@ -43,6 +45,7 @@ def rollout_stats(trajectories: Sequence[Trajectory]) -> dict[str, float]:
         "tokens_generated": float(sum(sum(t.loss_mask) for t in trajectories)),
         "truncated_frac": float(np.mean([t.truncated for t in episodes])),
         "env_steps": float(sum(t.num_turns for t in episodes)),
+        "observations_cut": float(sum(t.extra.get("observations_cut", 0) for t in episodes)),
     }
     if any("env_replays" in t.extra for t in episodes):
         stats["env_replays"] = float(sum(t.extra.get("env_replays", 0) for t in episodes))

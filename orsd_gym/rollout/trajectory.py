@@ -14,6 +14,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
+from orsd_gym.writable import write_with
+
 SpanKind = Literal["prompt", "model", "env"]
 
 
@@ -127,10 +129,14 @@ def sampled_temperature(trajectories: Sequence[Trajectory]) -> float:
 
 
 def save_jsonl(trajectories: Iterable[Trajectory], path: str | Path) -> None:
-    """Write one JSON object per trajectory."""
-    with open(path, "w", encoding="utf-8") as handle:
-        for trajectory in trajectories:
-            handle.write(json.dumps(trajectory.to_dict(), ensure_ascii=False) + "\n")
+    """Write one JSON object per trajectory (the whole file or, on a failed write, none of it)."""
+
+    def write(partial: Path) -> None:
+        with open(partial, "w", encoding="utf-8") as handle:
+            for trajectory in trajectories:
+                handle.write(json.dumps(trajectory.to_dict(), ensure_ascii=False) + "\n")
+
+    write_with(path, "trajectories", write)
 
 
 def load_jsonl(path: str | Path) -> list[Trajectory]:

@@ -27,7 +27,8 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from orsd_gym.errors import CheckpointError
+from orsd_gym.errors import CheckpointError, DiskWriteError
+from orsd_gym.writable import disk_errors
 
 _PREFIX = "iter_"
 _MANIFEST = "manifest.json"
@@ -79,19 +80,14 @@ def save_checkpoint(
     if staging.exists():
         shutil.rmtree(staging)
     staging.mkdir()
+    size = sum(t.numel() * t.element_size() for t in (*policy_state.values(), *optimizer_tensors.values()))
     try:
-        _write(staging, iteration, policy_state, optimizer_tensors, state)
-    except BaseException as error:
-        # Interrupted or failed (a full disk): the half-written copy would hold the space a
-        # resume needs. The previous checkpoint is untouched.
-        shutil.rmtree(staging, ignore_errors=True)
-        if isinstance(error, OSError):
-            previous = list_checkpoints(root)
-            kept = f"; the last complete one, {previous[-1].name}, is intact" if previous else ""
-            raise CheckpointError(
-                f"could not write checkpoint {final.name} in {root}: {error.strerror or error}{kept}. "
-                "Free space (or fix the directory) and resume with --resume"
-            ) from error
+        # Interrupted or failed (a full disk): the half-written copy, which would hold the space
+        # a resume needs, is removed; the previous checkpoint is untouched.
+        with disk_errors(final, f"checkpoint {final.name}", size=size, partial=staging):
+            _write(staging, iteration, policy_state, optimizer_tensors, state)
+    except DiskWriteError as error:
+        error.intact = intact_note(root)
         raise
     if final.exists():  # re-saving the same iteration (e.g. at exit): replace it
         shutil.rmtree(final)
@@ -100,6 +96,14 @@ def save_checkpoint(
     for old in list_checkpoints(root)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def intact_note(root: str | Path) -> str:
+    """What a failed write leaves intact of the run whose checkpoints are under ``root``."""
+    for path in reversed(list_checkpoints(root)):
+        if verify_checkpoint(path) is None:
+            return f"the last good checkpoint ({path.name}, iteration {int(path.name[len(_PREFIX) :])}) is intact"
+    return "no checkpoint was written yet"
 
 
 def remove_stale_temporaries(root: str | Path) -> list[Path]:

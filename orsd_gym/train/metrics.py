@@ -8,12 +8,12 @@ lines of the iteration that was in progress.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping, Sequence, Set
 from pathlib import Path
 from typing import Any
 
 from orsd_gym import jsonio
+from orsd_gym.writable import append_text, disk_errors, write_file
 
 
 class MetricsWriter:
@@ -23,9 +23,9 @@ class MetricsWriter:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if resume_offset is None:
-            self.path.write_text("", encoding="utf-8")
+            write_file(self.path, "", "the metrics record")
         else:
-            with open(self.path, "a+b") as handle:
+            with disk_errors(self.path, "the metrics record"), open(self.path, "a+b") as handle:
                 handle.truncate(resume_offset)
         self._tensorboard = _open_tensorboard(tensorboard_dir) if tensorboard_dir else None
 
@@ -36,10 +36,7 @@ class MetricsWriter:
 
     def write(self, record: dict[str, Any]) -> None:
         line = jsonio.dumps(record, sort_keys=True)
-        with open(self.path, "a", encoding="utf-8") as handle:
-            handle.write(line + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
+        append_text(self.path, line + "\n", f"the metrics of iteration {record.get('iteration', '?')}")
         if self._tensorboard is not None:
             step = int(record.get("iteration", 0))
             for key, value in record.items():

@@ -3,21 +3,18 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 from orsd_gym import jsonio
 from orsd_gym.algos.base import PreparedBatch
 from orsd_gym.rollout.trajectory import save_jsonl
+from orsd_gym.writable import append_text, write_file
 
 
 def append_line(path: Path, record: dict[str, Any]) -> None:
     """One JSON line, on disk before the run goes on (a resumed run reads what it wrote)."""
-    with open(path, "a", encoding="utf-8") as handle:
-        handle.write(jsonio.dumps(record) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
+    append_text(path, jsonio.dumps(record) + "\n", f"a record ({path.name})")
 
 
 def namespaced(metrics: dict[str, float], namespace: str) -> dict[str, float]:
@@ -32,6 +29,6 @@ def write_audit(directory: Path, batches: list[PreparedBatch]) -> None:
     save_jsonl([t for batch in batches for t in batch.trajectories], directory / "trajectories.jsonl")
     series = [batch.inspection() for batch in batches]
     extras = {key: [t.tolist() for part in series for t in part[key]] for key in series[0]}
-    (directory / "token_extras.json").write_text(json.dumps(extras))
+    write_file(directory / "token_extras.json", json.dumps(extras), "the audit's per-token extras")
     groups = [record for batch in batches for record in batch.audit]
-    (directory / "groups.json").write_text(json.dumps(groups, indent=1, default=str))
+    write_file(directory / "groups.json", json.dumps(groups, indent=1, default=str), "the audit's group records")

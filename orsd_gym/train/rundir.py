@@ -2,6 +2,10 @@
 
 Before a run writes anything, `claim_run_directory` checks the directory against the request:
 
+* a directory with no checkpoint and no measured record (metrics, evaluations) holds nothing a
+  run would lose (one stopped before its first iteration, by a wrong model name or Ctrl-C): any
+  command starts it over, whatever its settings, and says so; files of other tools (a lock)
+  are not a run's and stay;
 * a fresh run into a directory that already holds a run is refused unless told to overwrite
   (which first removes the old run's files, so no record mixes two runs);
 * a run whose records reach its last iteration is finished even when its checkpoints are gone
@@ -33,7 +37,7 @@ import yaml
 from orsd_gym.errors import RunDirectoryError
 from orsd_gym.train.checkpoint import list_checkpoints, remove_stale_temporaries
 from orsd_gym.train.metrics import read_metrics
-from orsd_gym.writable import writable_directory
+from orsd_gym.writable import append_text, writable_directory, write_file
 
 #: What a run writes into its directory (anything else there is left alone).
 RUN_FILES = (
@@ -89,8 +93,9 @@ class Claim:
 
     resume_from: int | None = None
     changes: list[dict[str, Any]] = field(default_factory=list)
-    #: The directory held this run (same settings) stopped before its first checkpoint: it starts over.
-    restarted: bool = False
+    #: Why the directory is started over (empty: it is not): it held nothing a run would lose
+    #: (no checkpoint, no metrics), or this run (same settings) stopped before its first checkpoint.
+    restarted: str = ""
 
 
 def claim_run_directory(
@@ -109,6 +114,12 @@ def claim_run_directory(
     root = Path(output_dir)
     existing = [name for name in RUN_FILES if (root / name).exists()]
     checkpoints = list_checkpoints(root / "checkpoints")
+    if existing and not checkpoints and not _has_records(root):
+        # A run that stopped before its first iteration ended (a wrong model name, Ctrl-C
+        # during the warm start): whatever its settings, and whether the command resumes or
+        # overwrites, nothing trained or measured is lost by starting over.
+        _remove(root, existing)
+        return Claim(restarted="it holds no checkpoint and no metrics (a run that stopped before its first iteration)")
     if existing and not checkpoints and not overwrite and _records_finished(root):
         raise RunDirectoryError(
             f"{root} holds a finished run whose checkpoints are gone (its records reach its last "
@@ -119,7 +130,7 @@ def claim_run_directory(
         # This run, stopped before its first checkpoint (a crash, Ctrl-C, a full disk): nothing
         # trained is lost by starting it over, with or without --resume.
         _remove(root, existing)
-        return Claim(restarted=True)
+        return Claim(restarted="it holds this run stopped before its first checkpoint")
     if not resume:
         if existing and not overwrite:
             raise RunDirectoryError(
@@ -178,13 +189,13 @@ def open_run_directory(
     )
     output_dir.mkdir(parents=True, exist_ok=True)
     if claim.restarted:
-        say(f"{output_dir} holds this run stopped before its first checkpoint: starting it over")
+        say(f"{output_dir}: {claim.restarted}: starting it over")
     removed = remove_stale_temporaries(output_dir / "checkpoints")
     if removed:
         say(f"removed {len(removed)} half-written checkpoint(s) a stopped process left behind")
     record_changes(output_dir, claim)
-    (output_dir / "config.yaml").write_text(yaml.safe_dump(record, sort_keys=False))
-    (output_dir / "task_plan.json").write_text(json.dumps(plan, indent=1))
+    write_file(output_dir / "config.yaml", yaml.safe_dump(record, sort_keys=False), "the run's settings")
+    write_file(output_dir / "task_plan.json", json.dumps(plan, indent=1), "the run's task plan")
     return claim
 
 
@@ -249,6 +260,16 @@ def _records_finished(root: Path) -> bool:
     return iterations in recorded
 
 
+#: The records that make a directory a run worth keeping (with its checkpoints): measured results.
+RESULT_RECORDS = ("metrics.jsonl", "eval.jsonl", "teacher.jsonl")
+
+
+def _has_records(root: Path) -> bool:
+    """Whether ``root`` holds any measured record (a metrics, evaluation or teacher line). Other
+    files (the saved settings, a task plan, an audit, a lock of another tool) are no run."""
+    return any(read_metrics(root / name) for name in RESULT_RECORDS)
+
+
 def _same_run(root: Path, record: Mapping[str, Any], defaults: Mapping[str, Any] | None) -> bool:
     """Whether ``root``'s saved config.yaml is ``record`` (what a run saves before it trains)."""
     saved_path = root / "config.yaml"
@@ -269,9 +290,8 @@ def record_changes(output_dir: str | Path, claim: Claim) -> None:
     """Append the allowed changes of a resumption to ``changes.jsonl``."""
     if not claim.changes:
         return
-    with open(Path(output_dir) / "changes.jsonl", "a", encoding="utf-8") as handle:
-        for change in claim.changes:
-            handle.write(json.dumps({"time": time.time(), "at_checkpoint": claim.resume_from, **change}) + "\n")
+    lines = [json.dumps({"time": time.time(), "at_checkpoint": claim.resume_from, **c}) + "\n" for c in claim.changes]
+    append_text(Path(output_dir) / "changes.jsonl", "".join(lines), "the run's allowed changes")
 
 
 def config_differences(

@@ -29,12 +29,13 @@ from safetensors.torch import load_file
 from orsd_gym import configio
 from orsd_gym.algos.base import PreparedBatch, make_algorithm
 from orsd_gym.allocator import return_freed_memory, trim_heap
-from orsd_gym.errors import ConfigError
+from orsd_gym.errors import ConfigError, DiskWriteError
 from orsd_gym.policies.models import load_policy
 from orsd_gym.profiling import phase
 from orsd_gym.rollout.collector import collect
 from orsd_gym.rollout.stats import rollout_stats
 from orsd_gym.train.checkpoint import (
+    intact_note,
     join_optimizer_state,
     latest_good_checkpoint,
     save_checkpoint,
@@ -61,12 +62,14 @@ from orsd_gym.train.update import (
     activation_budget,
     apply_optim_settings,
     check_trainable_precision,
+    has_model_tokens,
     make_optimizer,
     skip_update,
     update_policy,
 )
 from orsd_gym.train.warm_start import ensure_warm_start
 from orsd_gym.train.workers import SINGLE, Workers
+from orsd_gym.writable import write_file
 
 
 @dataclass
@@ -278,7 +281,11 @@ class Trainer:
         try:
             with LiveView(title, cfg.train.iterations, start, enabled=self.live, console=self.console) as view:
                 if self.warm_start_metrics and main:
-                    (self.output_dir / "warm_start.json").write_text(json.dumps(self.warm_start_metrics, indent=1))
+                    write_file(
+                        self.output_dir / "warm_start.json",
+                        json.dumps(self.warm_start_metrics, indent=1),
+                        "the warm start's metrics",
+                    )
                 if start == 0 and cfg.eval.every > 0:
                     view.phase("eval")
                     final_eval = self._evaluate(0)
@@ -297,6 +304,11 @@ class Trainer:
                     if done % cfg.train.checkpoint_every == 0 or done == cfg.train.iterations:
                         with phase("checkpoint"):
                             self._checkpoint(done)
+        except DiskWriteError as error:
+            # Whatever write it was (a record, an audit, a checkpoint), the run stands at its
+            # last good checkpoint.
+            error.intact = error.intact or intact_note(self.output_dir / "checkpoints")
+            raise
         finally:
             if self.metrics is not None:
                 self.metrics.close()
@@ -373,7 +385,10 @@ class Trainer:
         view.phase(f"update {iteration + 1}")
         with phase("update") as timer:
             # Decided together: every worker takes part in an update's all-reduces, or none does.
-            if any(workers.all_gather(self.algorithm.has_learning_signal(batch))):
+            # A batch without a model token has no loss to differentiate, whatever the algorithm
+            # (and a worker without one could not take part in the others' all-reduces).
+            tokens = all(workers.all_gather(has_model_tokens(batch)))
+            if tokens and any(workers.all_gather(self.algorithm.has_learning_signal(batch))):
                 losses = update_policy(
                     self.policy,
                     self.algorithm,
@@ -384,9 +399,9 @@ class Trainer:
                     seed=seed,
                     iteration=iteration,
                     workers=workers,
-                ) | {"skipped": 0.0}
+                ) | {"skipped": 0.0, "no_model_tokens": 0.0}
             else:
-                losses = skip_update(self.scheduler, cfg.optim, len(batch.trajectories))
+                losses = skip_update(self.scheduler, cfg.optim, len(batch.trajectories), no_model_tokens=not tokens)
         self._release_freed_memory()  # the update's gradients and activations
         record.update(namespaced(losses, "loss"))
         record["time/update"] = timer.seconds

@@ -74,17 +74,26 @@ def update_policy(
         policy.set_training(False)
 
 
-def skip_update(scheduler: torch.optim.lr_scheduler.LRScheduler, optim: OptimConfig, rows: int) -> dict[str, float]:
+def has_model_tokens(batch: PreparedBatch) -> bool:
+    """Whether any sample of ``batch`` holds a token the model sampled (one it can learn on):
+    none does when every episode ran out of budget before the model's first turn."""
+    return any(any(t.loss_mask) for t in batch.trajectories)
+
+
+def skip_update(
+    scheduler: torch.optim.lr_scheduler.LRScheduler, optim: OptimConfig, rows: int, *, no_model_tokens: bool = False
+) -> dict[str, float]:
     """What an update with no learning signal anywhere does instead of zero-gradient steps (which
     would still move the weights through AdamW's momentum and weight decay): nothing, but the
     learning-rate schedule advances by the steps it would have taken, so it stays tied to the
-    iteration. Returns the update's metrics: ``skipped``."""
+    iteration. Returns the update's metrics: ``skipped``, and ``no_model_tokens`` when no
+    batch held a token the model sampled (an update then has no loss to take a gradient of)."""
     with warnings.catch_warnings():
         # torch warns when a schedule advances before any optimiser step; skipping one is why.
         warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)` before")
         for _ in range(optim.epochs * min(optim.minibatches, max(rows, 1))):
             scheduler.step()
-    return {"skipped": 1.0}
+    return {"skipped": 1.0, "no_model_tokens": float(no_model_tokens)}
 
 
 def score_loss_inputs(

@@ -17,7 +17,6 @@ to do. The teacher test (`orsd_gym.train.teacher`) measures whether it did.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +33,7 @@ from orsd_gym.train.config import Config
 from orsd_gym.train.envs import close_envs, make_envs
 from orsd_gym.train.plan import TaskPlan
 from orsd_gym.train.teacher import RubricContext
+from orsd_gym.writable import write_with
 
 #: Where the warm-start file keeps its cloning metrics (safetensors metadata, a JSON string).
 METRICS_KEY = "orsd_gym.warm_start_metrics"
@@ -134,9 +134,12 @@ def ensure_warm_start(config: Config, plan: TaskPlan, policy: Policy, path: str 
     with phase("warm_start") as timer:
         metrics = clone(policy, collect_demonstrations(config, plan, policy), config)
     metrics["warm_start/time"] = timer.seconds
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     tensors = {k: v.detach().contiguous().cpu() for k, v in policy.state_dict().items()}
-    save_file(tensors, partial, metadata={METRICS_KEY: json.dumps(metrics)})
-    os.replace(partial, path)
+    size = sum(t.numel() * t.element_size() for t in tensors.values())
+    write_with(
+        path,
+        "the warm start's weights",
+        lambda partial: save_file(tensors, partial, metadata={METRICS_KEY: json.dumps(metrics)}),
+        size=size,
+    )
     return metrics

@@ -93,3 +93,102 @@ def fuzz_invalid_actions_are_noops(env: gym.Env, *, seed: int = 0, max_examples:
             env.reset(seed=seed)
 
     check()
+
+
+# --------------------------------------------------------------------------- any env the collector steps
+
+
+class PlainTextGame(gym.Env):
+    """A plain `gymnasium.Env` (not a `TextEnv`, so nothing of the package checks it itself)
+    speaking text: every observation is ``observation``, the episode ends after ``steps``
+    steps. ``fault`` breaks the contract on purpose: it replaces the reply ``when`` the env
+    resets or steps (see `CONTRACT_FAULTS`)."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(
+        self,
+        fault: Callable[[tuple], tuple] | None = None,
+        when: str = "step",
+        *,
+        observation: str = "Say the word 'ok'.",
+        steps: int = 1,
+    ) -> None:
+        self.observation_space = gym.spaces.Text(max_length=10**7)
+        self.action_space = gym.spaces.Text(max_length=1000)
+        self.fault, self.when = fault, when
+        self.observation, self.steps, self._taken = observation, steps, 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self._taken = 0
+        reply = (self.observation, {"task": "Say the word 'ok'.", "admissible_actions": ["ok"]})
+        return self.fault(reply) if self.fault and self.when == "reset" else reply
+
+    def step(self, action):
+        self._taken += 1
+        reply = (self.observation, 1.0, self._taken >= self.steps, False, {"won": action == "ok"})
+        return self.fault(reply) if self.fault and self.when == "step" else reply
+
+
+def _raise(reply: tuple) -> tuple:
+    raise ValueError("engine crashed")
+
+
+#: A broken reply (``when``, how it is broken) -> what the collector's one-line error says.
+CONTRACT_FAULTS = {
+    "an int observation at reset": ("reset", lambda r: (42, *r[1:]), r"at reset returned a int observation"),
+    "bytes observation": ("step", lambda r: (b"ok", *r[1:]), r"after action .* returned a bytes observation"),
+    # (a vector env's own batching of the infos is what fails first there)
+    "a list info at reset": ("reset", lambda r: (r[0], ["ok"]), r"at reset (returned a list info|raised Attr)"),
+    "a NaN reward": ("step", lambda r: (r[0], float("nan"), *r[2:]), r"after action .* returned the reward nan"),
+    "a None reward": ("step", lambda r: (r[0], None, *r[2:]), r"after action .* returned the reward None"),
+    "a reset that raises": ("reset", _raise, r"at reset raised ValueError: engine crashed"),
+    "a step that raises": ("step", _raise, r"after action .* raised ValueError: engine crashed"),
+}
+
+
+# --------------------------------------------------------------------------- observation sizes
+
+#: Observation lengths (characters) from nothing to far beyond a sample's token budget: what a
+#: page dump or a log can be.
+OBSERVATION_SIZES = st.one_of(st.integers(0, 8_000), st.sampled_from([1, 2_000, 40_000, 3_000_000]))
+#: The text they are made of (repeated to the size): any unicode, markup, whitespace runs.
+OBSERVATION_TEXT = st.one_of(
+    st.text(alphabet=st.characters(codec="utf-8"), min_size=1, max_size=40),
+    st.sampled_from(["[kernel] 12:00:01 ok\n", "<div class='x'>", " " * 50, "-" * 80, "日本語のログ"]),
+)
+
+
+def fuzz_observation_sizes(play: Callable[[str], list], budget: int, *, max_examples: int = 25) -> None:
+    """``play(observation)`` (a collect on an env whose every observation is ``observation``)
+    never raises, keeps every sample within ``budget`` tokens, and shows the model an
+    observation whole or cut with the marker (counted in the step's info and the episode's
+    ``observations_cut``); short ones are never cut."""
+    from orsd_gym.rollout.fit import CUT_MARKER
+
+    marker = CUT_MARKER.split("{")[0]
+
+    @settings(max_examples=max_examples, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(size=OBSERVATION_SIZES, text=OBSERVATION_TEXT)
+    def check(size: int, text: str) -> None:
+        observation = (text * (size // len(text) + 1))[:size]
+        for sample in play(observation):
+            assert len(sample.token_ids) <= budget
+            assert len(sample.token_ids) == len(sample.loss_mask) == len(sample.logprobs)
+            for span in sample.spans:
+                assert set(sample.loss_mask[span.start : span.end]) == ({1} if span.kind == "model" else {0})
+            cuts = [info.get("observation_cut") for info in sample.infos]
+            assert sample.extra["observations_cut"] == sum(cut is not None for cut in cuts)
+            for seen, cut in zip(sample.observations, cuts, strict=True):
+                if cut is None:
+                    assert seen == observation
+                else:
+                    assert cut["total_chars"] == size and cut["shown_chars"] < size
+                    assert seen.startswith(observation[: cut["shown_chars"]]) and marker in seen
+            if size <= 40:
+                assert not any(cuts)
+            if cuts[0] is not None:  # a cut first observation leaves the model its turn
+                assert sample.model_spans()
+
+    check()
