@@ -70,20 +70,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"orsd-gym {args.command}",
         lambda: _load(args._module).run(args),
         lambda: getattr(_load(args._module), "CONTINUE_HINT", ""),
+        # A person at the keyboard plays: lines about a silent minute would only interrupt them.
+        report_progress=args.command != "play",
     )
 
 
 def run_reporting_errors(
-    name: str, command: Callable[[], int | None], continue_hint: str | Callable[[], str] = ""
+    name: str,
+    command: Callable[[], int | None],
+    continue_hint: str | Callable[[], str] = "",
+    *,
+    report_progress: bool = True,
 ) -> int:
     """Run a command's body and return its exit status, reporting what ends it early as one line.
 
     Shared by the subcommands and the scripts in ``benchmarks/`` that take user input. Its phases
-    print progress lines to standard error (`orsd_gym.progress`). SIGTERM (a scheduler,
-    ``timeout``) ends it as Ctrl-C does: what it holds is released and a line says where it
-    stopped; ``continue_hint`` (or a function giving it) says how to continue.
+    print progress lines to standard error (`orsd_gym.progress`) unless ``report_progress`` is
+    false. SIGTERM (a scheduler, ``timeout``) ends it as Ctrl-C does: what it holds is released
+    and a line says where it stopped; ``continue_hint`` (or a function giving it) says how to
+    continue.
     """
-    with _terminate_as_interrupt(), progress.reporting() as reporter:
+    lines = progress.reporting() if report_progress else contextlib.nullcontext()
+    with _terminate_as_interrupt(), lines as reporter:
         try:
             with progress.phase(name, announce=False):  # silent for a minute (a slow import): a line says so
                 return int(command() or 0)
@@ -94,7 +102,7 @@ def run_reporting_errors(
             # What a run has done is on disk up to its last checkpoint: say how to continue from it.
             hint = continue_hint() if callable(continue_hint) else continue_hint
             how = "terminated (SIGTERM)" if isinstance(stop, Terminated) else "interrupted"
-            where = f" during {reporter.stopped_at}" if reporter.stopped_at else ""
+            where = f" during {reporter.stopped_at}" if reporter and reporter.stopped_at else ""
             print(f"{name}: {how}{where}{'; ' + hint if hint else ''}", file=sys.stderr)
             return 128 + signal.SIGTERM if isinstance(stop, Terminated) else 130
         except BrokenPipeError:
