@@ -90,6 +90,8 @@ class Trainer:
     this config's, except ``allow_changes``: see `orsd_gym.train.rundir`); ``overwrite`` replaces
     a run already there. ``workers`` is this process's place in a data-parallel run of
     ``train.workers`` workers (`orsd_gym.train.launch` starts them); only worker 0 prints.
+    From the claim until `run` ends, the run directory is this process's: another process
+    training into it is refused (`orsd_gym.train.rundir_lock`).
     """
 
     def __init__(
@@ -278,7 +280,14 @@ class Trainer:
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> RunSummary:
-        """Train; worker 0's summary says how the run ended (the others' has no evaluation)."""
+        """Train; worker 0's summary says how the run ended (the others' has no evaluation).
+        However it ends, the run directory is free for another process afterwards."""
+        try:
+            return self._train()
+        finally:
+            self._release_run_directory()
+
+    def _train(self) -> RunSummary:
         cfg = self.config
         main = self.workers.is_main
         start = self._restore() if self.resume else 0
@@ -315,7 +324,6 @@ class Trainer:
             if self.metrics is not None:
                 self.metrics.close()
             self._close_envs()
-            self._release_run_directory()
         if not main:
             return RunSummary(self.output_dir, cfg.train.iterations, None, self.resumed_from, self.workers.rank)
         return RunSummary(self.output_dir, cfg.train.iterations, final_eval or self._last_eval(), self.resumed_from)
