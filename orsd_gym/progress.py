@@ -108,9 +108,8 @@ def reporting(
 ) -> Iterator[Reporter]:
     """Install a reporter (lines to standard error by default) and its heartbeat thread for the block."""
     global _active
-    if every is None:
-        every = float(os.environ.get(EVERY_VARIABLE) or DEFAULT_EVERY)
-    reporter = Reporter(write or _to_stderr, every, clock or time.monotonic)
+    write = write or _to_stderr
+    reporter = Reporter(write, _every_from_environment(write) if every is None else every, clock or time.monotonic)
     previous, _active = _active, reporter
     stop = threading.Event()
     heartbeat = threading.Thread(target=_beat_until, args=(reporter, stop), name="orsd-gym progress", daemon=True)
@@ -121,6 +120,18 @@ def reporting(
         stop.set()
         heartbeat.join()
         _active = previous
+
+
+def _every_from_environment(write: Callable[[str], None]) -> float:
+    text = os.environ.get(EVERY_VARIABLE, "")
+    try:
+        every = float(text) if text else DEFAULT_EVERY
+    except ValueError:
+        every = -1.0
+    if every > 0:
+        return every
+    write(f"{EVERY_VARIABLE}={text!r} is not a number of seconds above 0: using {DEFAULT_EVERY:g}")
+    return DEFAULT_EVERY
 
 
 def _beat_until(reporter: Reporter, stop: threading.Event) -> None:

@@ -183,6 +183,14 @@ def test_a_phase_prints_a_line_whenever_it_has_been_silent_for_the_interval():
     ]
 
 
+def test_a_bad_interval_in_the_environment_is_named_not_a_traceback(monkeypatch):
+    lines: list[str] = []
+    monkeypatch.setenv(progress.EVERY_VARIABLE, "soon")
+    with progress.reporting(lines.append) as reporter:
+        assert reporter.every == progress.DEFAULT_EVERY
+    assert lines == [f"{progress.EVERY_VARIABLE}='soon' is not a number of seconds above 0: using 60"]
+
+
 def test_the_iteration_line_carries_the_whole_comparisons_eta():
     from orsd_gym.train.console import LiveView
 
