@@ -60,15 +60,19 @@ def _dataclass_of(cls: type, name: str) -> type | None:
 
 
 def describe(cls: type, value: Any, prefix: str) -> str:
-    """Every field of section ``cls`` (its current ``value``): one line each, key = value, and
-    the first sentence of its help."""
+    """Every field of section ``cls`` (its current ``value``): a line ``key = value``, then its
+    whole help, wrapped and indented (a first sentence alone would stop at "e.g.")."""
     helps = field_help(cls)
-    lines = []
+    blocks = []
     for item in dataclasses.fields(cls):
-        current = getattr(value, item.name)
-        first = helps.get(item.name, "").split(". ")[0].rstrip(".")
-        lines.append(f"{prefix}{item.name} = {current!r}" + (f"  # {first}" if first else ""))
-    return "\n".join(lines)
+        line = f"{prefix}{item.name} = {getattr(value, item.name)!r}"
+        help_text = helps.get(item.name)
+        blocks.append(line + ("\n" + _wrapped(help_text) if help_text else ""))
+    return "\n".join(blocks)
+
+
+def _wrapped(text: str) -> str:
+    return textwrap.fill(text, width=96, initial_indent="  ", subsequent_indent="  ")
 
 
 def explain_field(cls: type, name: str, value: Any, key: str) -> str:
@@ -78,5 +82,4 @@ def explain_field(cls: type, name: str, value: Any, key: str) -> str:
     kind = typing.get_type_hints(cls)[name]
     kind_text = kind.__name__ if isinstance(kind, type) else str(kind).replace("typing.", "")
     help_text = field_help(cls).get(name, "(no help written)")
-    body = textwrap.fill(help_text, width=96, initial_indent="  ", subsequent_indent="  ")
-    return f"{key} = {value!r}\n  type: {kind_text}; default: {default!r}\n{body}"
+    return f"{key} = {value!r}\n  type: {kind_text}; default: {default!r}\n{_wrapped(help_text)}"

@@ -47,10 +47,16 @@ def _commands() -> list[list[str]]:
     return [list(dropwhile(lambda word: re.match(r"^[A-Z_]+=", word), words)) for words in commands]
 
 
-def _save_echo_env(directory: Path) -> None:
-    """The README's own-env block, saved as the README says (``echo_env.py``)."""
-    (module,) = [code for kind, code in BLOCKS if kind == "python" and "class EchoEnv" in code]
-    (directory / "echo_env.py").write_text(module, encoding="utf-8")
+def _save_own_env(directory: Path) -> None:
+    """The README's own-env block, saved as the README says (``letter_env.py``)."""
+    (module,) = [code for kind, code in BLOCKS if kind == "python" and "class LetterEnv" in code]
+    (directory / "letter_env.py").write_text(module, encoding="utf-8")
+
+
+def _bash_line(marker: str) -> list[str]:
+    """The words of the one README command line that holds ``marker``."""
+    (line,) = [line for kind, code in BLOCKS if kind == "bash" for line in code.splitlines() if marker in line]
+    return shlex.split(line)
 
 
 def test_the_readme_has_runnable_blocks():
@@ -71,22 +77,32 @@ def test_python_blocks_run(tmp_path):
 
 @pytest.mark.slow
 def test_the_own_env_compare_runs_as_written(tmp_path):
-    """A newcomer's path: the README's env block saved as echo_env.py, then its compare line run
+    """A newcomer's path: the README's env block saved as letter_env.py, then its compare line run
     from that directory as written (scaled down: the tiny model, one iteration)."""
-    _save_echo_env(tmp_path)
-    (line,) = [line for kind, code in BLOCKS if kind == "bash" for line in code.splitlines() if "echo_env:" in line]
-    words = shlex.split(line)
+    _save_own_env(tmp_path)
+    words = _bash_line("letter_env:")
     assert words[0] == "PYTHONPATH=." and words[1] == "orsd-gym"
     small = ["model.name=tiny-random", "train.iterations=1", "rollout.tasks_per_iteration=2"]
     env = {**os.environ, "PYTHONPATH": ".", "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "orsd_gym.cli", *words[2:], *small, "--seeds", "1", "--no-live"]
+    command = [sys.executable, "-m", "orsd_gym.cli", *words[2:], *small, "--no-live"]
     done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=900, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert (tmp_path / "reports" / "echo" / "report.md").is_file()
+    assert (tmp_path / "reports" / "letter" / "report.md").is_file()
+
+
+def test_the_rollout_line_runs_as_written(tmp_path):
+    """The README's rollout line at its documented size, with the tiny model for SmolLM2."""
+    words = _bash_line("orsd-gym rollout ")
+    words[words.index("smollm2-135m")] = "tiny-random"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "orsd_gym.cli", *words[1:]]
+    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "4 episodes" in done.stdout and len((tmp_path / "r.jsonl").read_text().splitlines()) == 4
 
 
 def test_command_lines_parse_and_their_configs_load(tmp_path, monkeypatch):
-    _save_echo_env(tmp_path)  # the own-env line names the module the README has the reader save
+    _save_own_env(tmp_path)  # the own-env line names the module the README has the reader save
     monkeypatch.syspath_prepend(str(tmp_path))
     parser = build_parser()
     targets = set(re.findall(r"^([a-z][\w-]*):", (ROOT / "Makefile").read_text(), flags=re.MULTILINE))

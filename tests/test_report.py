@@ -233,6 +233,16 @@ def test_equal_curves_are_drawn_with_equal_values_inside_the_metric_range(tmp_pa
     assert "drawn a few points apart" in write_report(tmp_path, Config(), results).read_text()
 
 
+def test_one_seed_curves_span_their_environment_steps(tmp_path):
+    """Without a seed band the x-axis still covers every evaluation (it once collapsed to +-0.05)."""
+    from orsd_gym.experiments.plots import plot_curves
+
+    results = [_run(algo, 0, [0.0, 0.2, 0.4], tmp_path) for algo in ("grpo", "orsd")]
+    drawn = plot_curves(summarise(results), tmp_path / "curve.png", "eval/success_rate", "success")
+    low, high = drawn["xlim"]
+    assert low <= 0 and 200 <= high < 250  # the evaluations sit at 0, 100 and 200 environment steps
+
+
 def test_each_algorithm_gain_over_its_start_is_paired_by_run(tmp_path):
     results = [
         _run("grpo", 0, [0.1, 0.2, 0.3], tmp_path),

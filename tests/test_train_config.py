@@ -9,9 +9,10 @@ from typing import Literal
 import pytest
 
 from orsd_gym import configio
+from orsd_gym.confighelp import field_help
 from orsd_gym.errors import ConfigError
 from orsd_gym.train import config as train_config
-from orsd_gym.train.config import Config, WarmStartConfig, load_config, resolve_algo, run_record
+from orsd_gym.train.config import Config, EnvConfig, WarmStartConfig, load_config, resolve_algo, run_record
 
 
 @dataclass
@@ -192,11 +193,16 @@ def test_config_explain_prints_a_settings_help_type_default_and_value(capsys):
     # An algorithm's settings as a run of it gets them: its base's entry included.
     assert main(["config", "explain", "algo.per_algo.orsd.kl_coef", "algo.per_algo.grpo.kl_coef=0.02"]) == 0
     assert capsys.readouterr().out.startswith("algo.per_algo.orsd.kl_coef = 0.02\n")
-    # A section: one line per setting, with the first sentence of its help.
+    # A section: each setting with its whole help, "e.g." and what follows it included.
     assert main(["config", "explain", "warm_start"]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("warm_start.episodes = 0  # Expert episodes on training tasks")
-    assert len(lines) == len(dataclasses.fields(WarmStartConfig))
+    out = capsys.readouterr().out
+    assert out.startswith("warm_start.episodes = 0\n  Expert episodes on training tasks")
+    assert [line.split(" = ")[0] for line in out.splitlines() if not line.startswith(" ")] == [
+        f"warm_start.{item.name}" for item in dataclasses.fields(WarmStartConfig)
+    ]
+    assert main(["config", "explain", "env"]) == 0
+    words = " ".join(capsys.readouterr().out.split())
+    assert " ".join(field_help(EnvConfig)["kwargs"].split()) in words and "e.g." in words
     # Overrides may also come after an option, in every command that takes them.
     assert main(["config", "explain", "optim.lr", "--config", "demo", "optim.lr=4e-5"]) == 0
     assert capsys.readouterr().out.startswith("optim.lr = 4e-05\n")

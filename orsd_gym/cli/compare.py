@@ -11,8 +11,9 @@ from rich.console import Console
 from orsd_gym import configio
 from orsd_gym.cli.options import add_allow_change, add_json, add_no_live, add_threads, allowed_changes, threads_override
 from orsd_gym.errors import UsageError
-from orsd_gym.experiments.compare import Arm, compare, run_config
+from orsd_gym.experiments.compare import Arm, compare, run_config, seeds_owned
 from orsd_gym.experiments.report import print_summary
+from orsd_gym.train import rundir_lock
 from orsd_gym.train.config import Config
 
 #: What `orsd-gym` prints after Ctrl-C.
@@ -77,24 +78,34 @@ def run_comparison(base: Config, args: argparse.Namespace, out: Path) -> Path:
     seeds = _seeds(args)
     for name in names:
         run_config(base, Arm.parse(name), 0, out)  # every arm's settings are valid before any run starts
-    if args.fresh:
-        # Only this comparison's seeds: another process may be training the others in the same --out.
-        for seed in seeds:
-            for run_dir in (out / "runs").glob(f"*-seed{seed}"):
-                shutil.rmtree(run_dir)
     console = Console(stderr=args.json)
-    report = compare(
-        base,
-        names,
-        seeds,
-        out,
-        live=not args.no_live,
-        resume=not args.fresh,
-        allow_changes=allowed_changes(args),
-        console=console,
-    )
+    with seeds_owned(out, seeds, lambda text: console.out(text, highlight=False)):
+        if args.fresh:
+            # Only this comparison's seeds: another process may be training the others in the same --out.
+            for seed in seeds:
+                for run_dir in (out / "runs").glob(f"*-seed{seed}"):
+                    _remove_run(run_dir, console)
+        report = compare(
+            base,
+            names,
+            seeds,
+            out,
+            live=not args.no_live,
+            resume=not args.fresh,
+            allow_changes=allowed_changes(args),
+            console=console,
+        )
     if args.json:
         print((report.parent / "results.json").read_text(encoding="utf-8"))
     else:
         print_summary(report, console)
     return report
+
+
+def _remove_run(run_dir: Path, console: Console) -> None:
+    """Delete a run directory unless a live process (``orsd-gym train`` into it) owns it."""
+    lock = rundir_lock.acquire(run_dir / rundir_lock.RUN_LOCK, f"run directory {run_dir}", console.out)
+    try:
+        shutil.rmtree(run_dir)
+    finally:
+        rundir_lock.release(lock)

@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def explain(config: Config, key: str) -> str:
-    """The help of ``key`` in ``config``: a setting's in full, a section's one line per setting.
+    """The help of ``key`` in ``config``: a setting's in full, a section's for each of its settings.
     ``algo.per_algo.<algorithm>`` reads that algorithm's settings as its runs would get them."""
     cls, value, walked = Config, config, []
     parts = key.split(".") if key else []

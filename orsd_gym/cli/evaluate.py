@@ -8,7 +8,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from orsd_gym import configio, jsonio
+from orsd_gym import configio, jsonio, progress
 from orsd_gym.cli.options import add_json, add_threads, apply_threads
 from orsd_gym.errors import UsageError
 from orsd_gym.rollout.trajectory import save_jsonl
@@ -49,7 +49,8 @@ def run(args: argparse.Namespace) -> int:
         configio.apply_override(data, override)
     config = configio.from_dict(Config, data)
     validate_settings(config, resolve_algo(config))
-    trajectories, result = evaluate_checkpoint(config, checkpoint)
+    with progress.phase(f"evaluation of checkpoint {checkpoint.iteration}"):
+        trajectories, result = evaluate_checkpoint(config, checkpoint)
     if args.out:
         save_jsonl(trajectories, args.out)
     if args.json:

@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 import orsd_gym  # noqa: F401  (registers the built-in envs)
+from orsd_gym import progress
 from orsd_gym.cli.options import add_threads, apply_threads
 from orsd_gym.envs.lookup import env_creator
 from orsd_gym.errors import UsageError
@@ -45,7 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar (progress lines still go to stderr)")
     add_threads(parser)
 
 
@@ -62,18 +63,21 @@ def run(args: argparse.Namespace) -> int:
         max_episode_tokens=args.max_episode_tokens,
     )
     sampling = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p)
-    policy = load_policy(args.model, device=args.device, seed=args.seed)
-    trajectories = collect(
-        args.env,
-        policy,
-        list(range(args.first_seed, args.first_seed + args.tasks)),
-        group_size=args.group,
-        sampling=sampling,
-        options=options,
-        seed=args.seed,
-        num_envs=args.num_envs,
-        progress=not args.quiet,
-    )
+    with progress.phase(f"rollout of {args.tasks * args.group} episodes"):
+        progress.step(f"loading {args.model}")
+        policy = load_policy(args.model, device=args.device, seed=args.seed)
+        progress.step("playing")
+        trajectories = collect(
+            args.env,
+            policy,
+            list(range(args.first_seed, args.first_seed + args.tasks)),
+            group_size=args.group,
+            sampling=sampling,
+            options=options,
+            seed=args.seed,
+            num_envs=args.num_envs,
+            progress=not args.quiet,
+        )
     save_jsonl(trajectories, args.out)
     console = Console()
     console.print(summary_table(f"{args.env} x {args.model}", trajectories))

@@ -10,23 +10,25 @@ directory then gets ``report.md``, ``results.json`` and PNG learning curves (see
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import gc
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, get_args
 
 from rich.console import Console
 
-from orsd_gym import configio
+from orsd_gym import configio, progress
 from orsd_gym.algos.orsd.sources import RubricSource
 from orsd_gym.allocator import trim_heap
 from orsd_gym.errors import UsageError
 from orsd_gym.experiments.baseline_runs import run_baseline
 from orsd_gym.experiments.report import write_report
+from orsd_gym.train import rundir_lock
 from orsd_gym.train.checkpoint import list_checkpoints
 from orsd_gym.train.config import Config, default_record, resolve_algo, run_record
 from orsd_gym.train.launch import train, under_torchrun
@@ -148,6 +150,32 @@ def compare(
         raise UsageError("compare starts its own workers: run it with train.workers=N (Ray), not under torchrun")
     out_dir = writable_directory(out_dir, "the report directory (--out)")
     console = console or Console()
+    with seeds_owned(out_dir, seeds, lambda text: console.out(text, highlight=False)):
+        return _compare(base, arms, seeds, out_dir, live, resume, allow_changes, console)
+
+
+@contextlib.contextmanager
+def seeds_owned(out_dir: Path, seeds: Sequence[int], say: Callable[[str], None]) -> Iterator[None]:
+    """This process trains ``seeds`` in ``out_dir`` alone: another comparison process sharing
+    ``--out`` with one of them is refused, naming this one (`orsd_gym.train.rundir_lock`)."""
+    with contextlib.ExitStack() as stack:
+        for seed in seeds:
+            lock = rundir_lock.acquire(out_dir / f"seed{seed}.lock", f"seed {seed} of the comparison in {out_dir}", say)
+            stack.callback(rundir_lock.release, lock)
+        yield
+
+
+def _compare(
+    base: Config,
+    arms: list[str],
+    seeds: list[int],
+    out_dir: Path,
+    live: bool,
+    resume: bool,
+    allow_changes: Sequence[str],
+    console: Console,
+) -> Path:
+    """`compare`'s work, once this process owns its seeds."""
     # Per seed the LLM arms run first: a baseline gets the environment steps they used.
     parsed = sorted((Arm.parse(text) for text in arms), key=lambda arm: arm.baseline is not None)
     configs = [(arm, seed, run_config(base, arm, seed, out_dir)) for seed in seeds for arm in parsed]
@@ -157,34 +185,53 @@ def compare(
         "the comparison's settings",
     )
     results: list[RunResult] = []
-    for arm, seed, config in configs:
-        run_dir = Path(config.train.output_dir)
-        started = time.perf_counter()
-        if arm.baseline is None and resume and _finished_without_weights(config, run_dir, allow_changes):
-            console.print(f"{run_dir} finished before (its checkpoints are not kept): read from its records")
-        elif arm.baseline is None:
-            reuse = resume and bool(list_checkpoints(run_dir / "checkpoints"))
-            train(
-                config,
-                resume=reuse,
-                overwrite=not reuse,
-                allow_changes=allow_changes if reuse else (),
-                live=live,
-                console=console,
-            )
-        else:
-            run_baseline(
-                config, arm.baseline, run_dir, _env_step_budget(config, [r for r in results if r.seed == seed])
-            )
-        if base.train.return_freed_memory:
-            # The finished run's model and optimiser may sit in reference cycles: free them and
-            # return their pages before the next run allocates its own.
-            gc.collect()
-            trim_heap()
-        results.append(_read_run(arm.label, seed, run_dir))
-        final = results[-1].evals[-1] if results[-1].evals else None
-        console.print(_run_line(arm.label, seed, final, time.perf_counter() - started), highlight=False)
-    return write_report(out_dir, base, results)
+    trained = [config.train.iterations for arm, _, config in configs if arm.baseline is None]
+    with progress.budget(sum(trained)):
+        for number, (arm, seed, config) in enumerate(configs, start=1):
+            with progress.phase(f"run {arm.slug}-seed{seed} ({number}/{len(configs)})"):
+                results.append(_run(arm, seed, config, base, resume, allow_changes, live, console, results))
+    with progress.phase("writing the report"):
+        return write_report(out_dir, base, results)
+
+
+def _run(
+    arm: Arm,
+    seed: int,
+    config: Config,
+    base: Config,
+    resume: bool,
+    allow_changes: Sequence[str],
+    live: bool,
+    console: Console,
+    earlier: list[RunResult],
+) -> RunResult:
+    """Train (or read) one run of a comparison; ``earlier`` are the runs before it."""
+    run_dir = Path(config.train.output_dir)
+    started = time.perf_counter()
+    if arm.baseline is None and resume and _finished_without_weights(config, run_dir, allow_changes):
+        console.print(f"{run_dir} finished before (its checkpoints are not kept): read from its records")
+        progress.advance(config.train.iterations, timed=False)
+    elif arm.baseline is None:
+        reuse = resume and bool(list_checkpoints(run_dir / "checkpoints"))
+        train(
+            config,
+            resume=reuse,
+            overwrite=not reuse,
+            allow_changes=allow_changes if reuse else (),
+            live=live,
+            console=console,
+        )
+    else:
+        run_baseline(config, arm.baseline, run_dir, _env_step_budget(config, [r for r in earlier if r.seed == seed]))
+    if base.train.return_freed_memory:
+        # The finished run's model and optimiser may sit in reference cycles: free them and
+        # return their pages before the next run allocates its own.
+        gc.collect()
+        trim_heap()
+    result = _read_run(arm.label, seed, run_dir)
+    final = result.evals[-1] if result.evals else None
+    console.print(_run_line(arm.label, seed, final, time.perf_counter() - started), highlight=False)
+    return result
 
 
 def report_finished(

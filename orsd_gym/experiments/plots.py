@@ -23,7 +23,7 @@ def plot_curves(summary: dict[str, Any], path: Path, key: str, ylabel: str) -> d
     lowest to the highest seed, on a y-axis spanning the metric's range. Curves that coincide
     are drawn a few points apart on the page (an offset of the drawing, not of the data, so
     every curve keeps its values); the report names them. Returns what was drawn: each arm's
-    y values and the y-axis limits."""
+    y values and the axes' limits."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -33,6 +33,7 @@ def plot_curves(summary: dict[str, Any], path: Path, key: str, ylabel: str) -> d
     fig, ax = plt.subplots(figsize=(7.0, 4.2), dpi=120)
     algos = summary["algos"]
     drawn: dict[str, Any] = {"lines": {}}
+    steps: list[float] = []
     for index, algo in enumerate(algos):
         curves = [run["curve"] for run in summary["runs"].values() if run["algo"] == algo]
         if not curves:
@@ -51,9 +52,16 @@ def plot_curves(summary: dict[str, Any], path: Path, key: str, ylabel: str) -> d
         line.set_clip_on(False)  # a curve on the range's edge (success 0 or 1) stays whole
         line.set_in_layout(False)
         drawn["lines"][algo] = np.asarray(line.get_ydata(), dtype=float)
+        steps.extend(xs)
     low, high = METRIC_RANGES[key]
     ax.set_ylim(low, high)
-    drawn["ylim"] = ax.get_ylim()
+    if steps:
+        # Set from the data: the curves are drawn through an offset transform, which matplotlib's
+        # autoscale ignores, so without a seed band (one seed) the axis would span +-0.05 around 0.
+        first, last = min(steps), max(steps)
+        margin = 0.03 * (last - first) or 1.0
+        ax.set_xlim(first - margin, last + margin)
+    drawn["xlim"], drawn["ylim"] = ax.get_xlim(), ax.get_ylim()
     ax.set_xlabel("environment steps")
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)

@@ -37,6 +37,7 @@ import gymnasium as gym
 import numpy as np
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from orsd_gym import progress
 from orsd_gym.envs.presentation import templates_for
 from orsd_gym.envs.tasks import TaskSpec, as_task_spec
 from orsd_gym.errors import ConfigError, EnvContractError
@@ -158,6 +159,7 @@ def collect(
             rollout.generate_round()
             for episode in rollout.step_round():
                 bar.advance(episode.success)
+            bar.round_done()
     finally:
         bar.close()
         if slots is not env:  # the caller's own pool stays open
@@ -450,12 +452,15 @@ def _to_trajectories(episode: _Episode, slots: SlotPool, layout: str, temperatur
 
 
 class _Progress:
-    """A rich progress bar over finished episodes (silent when disabled)."""
+    """A rich progress bar over finished episodes (silent when disabled), and a note of them
+    for the command's progress lines (`orsd_gym.progress`)."""
 
     def __init__(self, total: int, *, enabled: bool) -> None:
         self._bar = None
         self._won = 0
         self._done = 0
+        self._total = total
+        self._rounds = 0
         if enabled:
             self._bar = Progress(
                 TextColumn("rollout"),
@@ -472,6 +477,11 @@ class _Progress:
         self._won += int(won)
         if self._bar is not None:
             self._bar.update(self._task, advance=1, won=f"success {self._won}/{self._done}")
+
+    def round_done(self) -> None:
+        """One more turn played by every active episode (a model turn can take minutes on a CPU)."""
+        self._rounds += 1
+        progress.note(f"{self._done}/{self._total} episodes played ({self._won} won) after {self._rounds} turn(s)")
 
     def close(self) -> None:
         if self._bar is not None:

@@ -3,7 +3,9 @@
 The live view has a progress bar over iterations with the phase that is running (warm start,
 rollout, advantages, update, eval), elapsed time and an ETA from the iterations done so far,
 and a table of the latest metrics. Without it (``--no-live``, or whenever the output is not a
-terminal: logs, pipes) each finished iteration prints one line.
+terminal: logs, pipes) each finished iteration prints one line. Either way the run and each of
+its steps are phases of the command's progress lines (`orsd_gym.progress`), and inside a
+comparison each line carries the whole comparison's ETA.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, Task, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
+
+from orsd_gym import progress
 
 #: Metrics shown in the live table, in this order (others stay in the JSONL file).
 SHOWN = (
@@ -80,21 +84,30 @@ class LiveView:
         self._live: Live | None = None
 
     def __enter__(self) -> LiveView:
+        # Also a phase of the command's progress lines (`orsd_gym.progress`), for log files.
+        self._progress_phase = progress.phase(self.title)
+        self._progress_phase.__enter__()
+        progress.advance(self.start, timed=False)  # a resumed run's iterations: done, but not at this pace
         if self.enabled:
             self._live = Live(self._render(), console=self.console, refresh_per_second=2, transient=False)
             self._live.__enter__()
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        if self._live is not None:
-            self._live.__exit__(*exc)
+        try:
+            if self._live is not None:
+                self._live.__exit__(*exc)
+        finally:
+            self._progress_phase.__exit__(*exc)
 
     def phase(self, text: str) -> None:
         self.progress.update(self.task, description=text)
+        progress.step(text)
         self._refresh()
 
     def update(self, iteration: int, record: dict[str, Any]) -> None:
         self.latest.update({k: v for k, v in record.items() if v is not None})
+        progress.advance(iteration - self.done)
         self.done = iteration
         self.progress.update(self.task, completed=iteration)
         if self.enabled:
@@ -117,7 +130,8 @@ class LiveView:
         seconds = float(record.get("time/iteration", 0.0))
         eta = self.eta()
         parts.append(f"{seconds:.1f} s" + (f", ETA {time.strftime('%H:%M:%S', time.gmtime(eta))}" if eta else ""))
-        return " | ".join(parts)
+        whole = progress.eta_text()  # inside a comparison: when all of its runs should be done
+        return " | ".join([*parts, whole] if whole else parts)
 
     def _refresh(self) -> None:
         if self._live is not None:

@@ -35,6 +35,7 @@ from typing import Any
 import yaml
 
 from orsd_gym.errors import RunDirectoryError
+from orsd_gym.train import rundir_lock
 from orsd_gym.train.checkpoint import list_checkpoints, remove_stale_temporaries
 from orsd_gym.train.metrics import read_metrics
 from orsd_gym.writable import append_text, writable_directory, write_file
@@ -180,13 +181,20 @@ def open_run_directory(
     allow_changes: Sequence[str],
     say: Callable[[str], None],
 ) -> Claim:
-    """Check ``output_dir`` and claim it for the run ``record`` describes (`claim_run_directory`),
+    """Lock ``output_dir`` for this process (`orsd_gym.train.rundir_lock`; `release_run_directory`
+    gives it back), check and claim it for the run ``record`` describes (`claim_run_directory`),
     clear what a stopped process left there, and write the run's record (``config.yaml``, its
     allowed changes, ``task_plan.json``)."""
     writable_directory(output_dir, "train.output_dir")
-    claim = claim_run_directory(
-        output_dir, record, resume=resume, overwrite=overwrite, allow_changes=allow_changes, defaults=defaults
-    )
+    # Owned by this process from here until `release_run_directory` (a second writer is refused).
+    lock = rundir_lock.acquire(output_dir / rundir_lock.RUN_LOCK, f"run directory {output_dir}", say)
+    try:
+        claim = claim_run_directory(
+            output_dir, record, resume=resume, overwrite=overwrite, allow_changes=allow_changes, defaults=defaults
+        )
+    except BaseException:
+        rundir_lock.release(lock)
+        raise
     output_dir.mkdir(parents=True, exist_ok=True)
     if claim.restarted:
         say(f"{output_dir}: {claim.restarted}: starting it over")
@@ -197,6 +205,11 @@ def open_run_directory(
     write_file(output_dir / "config.yaml", yaml.safe_dump(record, sort_keys=False), "the run's settings")
     write_file(output_dir / "task_plan.json", json.dumps(plan, indent=1), "the run's task plan")
     return claim
+
+
+def release_run_directory(output_dir: Path) -> None:
+    """Give back the lock `open_run_directory` took (the run has ended, however it ended)."""
+    rundir_lock.release((output_dir / rundir_lock.RUN_LOCK).resolve())
 
 
 def finished_from_records(

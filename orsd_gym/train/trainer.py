@@ -26,7 +26,7 @@ import torch
 from rich.console import Console
 from safetensors.torch import load_file
 
-from orsd_gym import configio
+from orsd_gym import configio, progress
 from orsd_gym.algos.base import PreparedBatch, make_algorithm
 from orsd_gym.allocator import return_freed_memory, trim_heap
 from orsd_gym.errors import ConfigError, DiskWriteError
@@ -49,7 +49,7 @@ from orsd_gym.train.frozen import frozen_models
 from orsd_gym.train.metrics import MetricsWriter, combine_worker_metrics
 from orsd_gym.train.plan import build_task_plan
 from orsd_gym.train.records import append_line, namespaced, write_audit
-from orsd_gym.train.rundir import Claim, open_run_directory
+from orsd_gym.train.rundir import Claim, open_run_directory, release_run_directory
 from orsd_gym.train.seeds import ALGO, EVAL, ROLLOUT, TEACHER, iteration_rng, iteration_seed
 from orsd_gym.train.teacher import (
     rubric_context,
@@ -93,6 +93,8 @@ class Trainer:
     this config's, except ``allow_changes``: see `orsd_gym.train.rundir`); ``overwrite`` replaces
     a run already there. ``workers`` is this process's place in a data-parallel run of
     ``train.workers`` workers (`orsd_gym.train.launch` starts them); only worker 0 prints.
+    From the claim until `run` ends, the run directory is this process's: another process
+    training into it is refused (`orsd_gym.train.rundir_lock`).
     """
 
     def __init__(
@@ -121,6 +123,16 @@ class Trainer:
         self.live = (config.logging.live if live is None else live) and main
         self.console = (console or Console()) if main else Console(quiet=True)
         self.claim = workers.on_main(lambda: self._claim(resume, overwrite, allow_changes))
+        try:
+            with progress.phase("setting up"):
+                self._build()
+        except BaseException:
+            self._release_run_directory()  # nothing will run in it: another process may
+            raise
+
+    def _build(self) -> None:
+        """Everything after the claim: the policy (warm-started), frozen models, algorithm, optimiser."""
+        config, workers = self.config, self.workers
         for warning in self.plan.warnings:
             self.console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
         if config.train.threads:
@@ -170,8 +182,12 @@ class Trainer:
             resume=resume,
             overwrite=overwrite,
             allow_changes=allow_changes,
-            say=self.console.print,
+            say=lambda text: self.console.out(text, highlight=False),  # unwrapped: paths stay whole
         )
+
+    def _release_run_directory(self) -> None:
+        if self.workers.is_main:
+            release_run_directory(self.output_dir)
 
     def _start_weights(self) -> dict[str, float] | None:
         """Start from ``model.init_weights`` and/or a (cached) behaviour-cloning warm start."""
@@ -267,7 +283,14 @@ class Trainer:
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> RunSummary:
-        """Train; worker 0's summary says how the run ended (the others' has no evaluation)."""
+        """Train; worker 0's summary says how the run ended (the others' has no evaluation).
+        However it ends, the run directory is free for another process afterwards."""
+        try:
+            return self._train()
+        finally:
+            self._release_run_directory()
+
+    def _train(self) -> RunSummary:
         cfg = self.config
         main = self.workers.is_main
         start = self._restore() if self.resume else 0

@@ -24,7 +24,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from orsd_gym import configio
+from orsd_gym import configio, progress
 from orsd_gym.policies.base import Policy
 from orsd_gym.profiling import phase
 from orsd_gym.rollout.collector import collect, expert_teacher
@@ -77,7 +77,8 @@ def clone(policy: Policy, demonstrations: list[Trajectory], config: Config) -> d
     losses = []
     policy.set_training(True)
     try:
-        for _ in range(ws.epochs):
+        for epoch in range(ws.epochs):
+            progress.step(f"cloning, epoch {epoch + 1}/{ws.epochs}")
             losses.append(_clone_epoch(policy, demos, optimizer, rng, config))
     finally:
         policy.set_training(False)
@@ -131,8 +132,10 @@ def ensure_warm_start(config: Config, plan: TaskPlan, policy: Policy, path: str 
         with safe_open(path, framework="pt") as handle:
             saved = (handle.metadata() or {}).get(METRICS_KEY)
         return {**json.loads(saved), "warm_start/loaded": 1.0} if saved else None
-    with phase("warm_start") as timer:
-        metrics = clone(policy, collect_demonstrations(config, plan, policy), config)
+    with phase("warm_start") as timer, progress.phase("warm start"):
+        progress.step("playing the demonstrations")
+        demonstrations = collect_demonstrations(config, plan, policy)
+        metrics = clone(policy, demonstrations, config)
     metrics["warm_start/time"] = timer.seconds
     tensors = {k: v.detach().contiguous().cpu() for k, v in policy.state_dict().items()}
     size = sum(t.numel() * t.element_size() for t in tensors.values())

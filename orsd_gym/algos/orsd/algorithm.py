@@ -30,6 +30,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from orsd_gym import progress
 from orsd_gym.algos.base import SOLO, Peers, PreparedBatch, register_algorithm
 from orsd_gym.algos.grpo import GRPO, GRPOConfig, episode_groups
 from orsd_gym.algos.orsd.groups import GroupWork, masked_deltas, task_key
@@ -404,7 +405,9 @@ def _source(config: ORSDConfig, proposer: Proposer) -> Any:
 
 @contextlib.contextmanager
 def _timed(times: dict[str, float], name: str) -> Iterator[None]:
-    """Profile the block as phase ``orsd_<name>``; its seconds land in ``times["time/orsd_<name>"]``."""
+    """Profile the block as phase ``orsd_<name>``; its seconds land in ``times["time/orsd_<name>"]``.
+    The command's progress lines name it (proposals or verification can take minutes on a CPU)."""
+    progress.note(f"ORSD: {name}")
     with phase(f"orsd_{name}") as timer:
         yield
     times[f"time/orsd_{name}"] = timer.seconds
