@@ -410,6 +410,15 @@ def test_chunks_shrink_as_the_generation_budget_shrinks(policy):
     alone = _budgeted(policy, budget, lambda: policy.sampler.chunks(contexts, params, None))
     beside = _budgeted(policy, budget, lambda: policy.sampler.chunks(contexts, params, sessions))
     assert max(len(c) for c in beside) < max(len(c) for c in alone) == 4
+    # Sessions that leave no room for one row are dropped (largest first): a cache, the budget holds.
+    _budgeted(
+        policy,
+        policy.generation_bytes(1, longest) + held - 1,
+        lambda: policy.sampler.chunks(contexts, params, sessions),
+    )
+    assert sum(1 for s in sessions if s.layers is None) == 1
+    _budgeted(policy, 0, lambda: policy.sampler.chunks(contexts, params, sessions))
+    assert all(s.layers is None for s in sessions)
 
 
 def test_the_generation_budget_is_what_the_memory_budget_leaves():

@@ -91,11 +91,18 @@ class Sampler:
     ) -> list[list[int]]:
         """The row chunks a call generates in: one batch without a memory budget, else chunks,
         longest rows first, whose `footprint` fits the budget less the sessions' bytes (which
-        stay held while the call runs). A row that fits nothing goes alone."""
+        stay held while the call runs). Sessions that leave no room for the longest row alone
+        are dropped, largest first (a cache: the row then encodes its whole context); a row
+        that fits nothing goes alone."""
         if self.memory_budget is None:
             return [list(range(len(contexts)))]
-        room = self.memory_budget - sum(s.nbytes() for s in sessions or ())
         lengths = [len(ctx) + params.max_new_tokens for ctx in contexts]
+        room = self.memory_budget - sum(s.nbytes() for s in sessions or ())
+        for session in sorted(sessions or (), key=lambda s: s.nbytes(), reverse=True):
+            if room >= self.footprint(1, max(lengths)):
+                break
+            room += session.nbytes()
+            session.clear()
         return micro_batches(
             longest_first(lengths), lengths, sys.maxsize, lambda rows, length: self.footprint(rows, length) <= room
         )
