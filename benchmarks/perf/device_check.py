@@ -35,7 +35,8 @@ PERF = Path(__file__).resolve().parent
 TIME_LIMIT_S = 480
 #: The measured rollout on the GPU (the preset's is 16 tasks x 8 attempts x 15 turns x 512 tokens).
 ROLLOUT = ["--tasks", "2", "--group", "4", "--max-turns", "2", "--max-new-tokens", "128"]
-GPU = ["--device", "cuda", "algo.per_algo.orsd.proposal_max_new_tokens=128", *ROLLOUT]
+#: One env process per measured episode (the preset starts 32).
+GPU = ["--device", "cuda", "algo.per_algo.orsd.proposal_max_new_tokens=128", "env.num_envs=8", *ROLLOUT]
 #: The same steps on the CPU: a 2-layer, 128-wide model of the same vocabulary, a tiny rollout.
 DRY_RUN = ["--device", "cpu", "--layers", "2", "--hidden", "128", "--tasks", "1", "--group", "2"]
 DRY_RUN += ["--max-turns", "2", "--max-new-tokens", "8", "algo.per_algo.orsd.proposal_max_new_tokens=8"]
