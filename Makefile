@@ -6,8 +6,10 @@ PIP     = $(PY) -m pip
 # The CPU build of torch that lies on this machine's disk; a looser spec could pull a CUDA build.
 TORCH_PIN ?= torch==2.13.0
 STAMP   = $(VENV)/.installed
+# Where `make device-wheels` puts what a GPU machine needs (benchmarks/perf/device_check.py).
+DEVICE_WHEELS ?= device-wheels
 
-.PHONY: setup lint format test demo notebooks clean
+.PHONY: setup lint format test demo notebooks device-wheels clean
 
 setup: $(STAMP)
 
@@ -39,5 +41,10 @@ demo: setup
 notebooks: setup
 	OMP_NUM_THREADS=1 $(PY) notebooks/execute.py
 
+# This project's wheel and what its GPU path needs beyond the GPU image's torch, transformers,
+# accelerate and peft, verified: under 64 MiB, complete, installable offline.
+device-wheels: setup
+	$(PY) benchmarks/perf/device_wheels.py --out $(DEVICE_WHEELS)
+
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache $(DEVICE_WHEELS)

@@ -346,3 +346,93 @@ def test_next_token_logits_never_copy_the_lm_head_per_row(policy):
     largest = max(event.cpu_memory_usage for event in profiled.events())
     head = judge.vocab_size * judge.model.config.hidden_size * 2  # the head's weight in bfloat16
     assert largest < head, f"an allocation of {largest} bytes, the head's weight is {head}"
+
+
+def _budgeted(policy, budget, call):
+    policy.generation_budget = budget
+    try:
+        return call()
+    finally:
+        policy.generation_budget = None
+
+
+def _chunked_matches_one_batch(policy, contexts, max_new_tokens, atol):
+    """Two turns (the second on the first's sessions) in one batch and in chunks of at most two
+    rows: the same tokens and log-probs."""
+    bridge = policy.chat.encode("<|im_end|>\n<|im_start|>user\nYou see a door.<|im_end|>\n<|im_start|>assistant\n")
+    params = SamplingParams(max_new_tokens=max_new_tokens, temperature=1.0)
+    seeds = [11 * i + 5 for i in range(len(contexts))]
+
+    def two_turns():
+        sessions = [policy.new_session() for _ in contexts]
+        first = policy.generate(contexts, params, sessions=sessions, seeds=seeds)
+        following = [c + o.token_ids + bridge for c, o in zip(contexts, first)]
+        chunks = policy.sampler.chunks(following, params, sessions)
+        return first, policy.generate(following, params, sessions=sessions, seeds=seeds), chunks
+
+    first, second, one_chunk = two_turns()
+    longest = max(len(c) for c in contexts) + 2 * max_new_tokens + len(bridge)
+    first_chunked, second_chunked, chunks = _budgeted(policy, policy.generation_bytes(2, longest), two_turns)
+    assert len(one_chunk) == 1 and len(chunks) > 1 and max(len(c) for c in chunks) <= 2
+    _same_completions(first, first_chunked, atol)
+    _same_completions(second, second_chunked, atol)
+
+
+def test_chunked_generation_samples_what_one_batch_samples(policy):
+    # Two groups of identical prompts (their prefix is shared within a chunk) and lone contexts.
+    a, b, c, d = _contexts(policy, 4)
+    _chunked_matches_one_batch(policy, [a, b, a, c, b, d, a], max_new_tokens=8, atol=1e-4)
+
+
+def test_chunks_shrink_as_the_generation_budget_shrinks(policy):
+    contexts = _contexts(policy, 1) * 8  # rows of one length: a budget for k rows fits exactly k
+    params = SamplingParams(max_new_tokens=16)
+    longest = max(len(c) for c in contexts) + 16
+    assert policy.sampler.chunks(contexts, params, None) == [list(range(8))]
+    sizes = []
+    for rows in (8, 6, 4, 2, 1):
+        chunks = _budgeted(
+            policy, policy.generation_bytes(rows, longest), lambda: policy.sampler.chunks(contexts, params, None)
+        )
+        assert sorted(i for chunk in chunks for i in chunk) == list(range(8))
+        sizes.append(max(len(chunk) for chunk in chunks))
+    assert sizes == [8, 6, 4, 2, 1]
+    # Below one row's footprint every row still goes, alone.
+    assert _budgeted(policy, 0, lambda: policy.sampler.chunks(contexts, params, None)) == [
+        [i] for i in longest_first([len(c) for c in contexts])
+    ]
+    # The sessions a call is given stay held while it runs: they leave less room.
+    sessions = [policy.new_session() for _ in contexts]
+    policy.generate(contexts, SamplingParams(max_new_tokens=4), sessions=sessions, seeds=list(range(8)))
+    held = sum(s.nbytes() for s in sessions)
+    assert held > 0
+    budget = policy.generation_bytes(4, longest)
+    alone = _budgeted(policy, budget, lambda: policy.sampler.chunks(contexts, params, None))
+    beside = _budgeted(policy, budget, lambda: policy.sampler.chunks(contexts, params, sessions))
+    assert max(len(c) for c in beside) < max(len(c) for c in alone) == 4
+    # Sessions that leave no room for one row are dropped (largest first): a cache, the budget holds.
+    _budgeted(
+        policy,
+        policy.generation_bytes(1, longest) + held - 1,
+        lambda: policy.sampler.chunks(contexts, params, sessions),
+    )
+    assert sum(1 for s in sessions if s.layers is None) == 1
+    _budgeted(policy, 0, lambda: policy.sampler.chunks(contexts, params, sessions))
+    assert all(s.layers is None for s in sessions)
+
+
+def test_the_generation_budget_is_what_the_memory_budget_leaves():
+    from orsd_gym.train.config import OptimConfig
+    from orsd_gym.train.update import RUNTIME_ALLOWANCE_GB, memory_left
+
+    tiny = load_policy("tiny-random", seed=0)
+    assert memory_left(tiny, None, OptimConfig()) is None
+    left = memory_left(tiny, None, OptimConfig(max_memory_gb=RUNTIME_ALLOWANCE_GB + 1.0))
+    assert left == int(1e9) - tiny.weight_bytes()
+
+
+@needs_smollm2
+def test_smollm2_chunked_generation_samples_what_one_batch_samples():
+    smol = load_policy("smollm2-135m")
+    a, b, c = _contexts(smol, 3)
+    _chunked_matches_one_batch(smol, [a, b, a, c], max_new_tokens=6, atol=2e-4)

@@ -22,7 +22,7 @@ from orsd_gym.rollout.trajectory import load_jsonl
 from orsd_gym.train.config import OptimConfig, load_config
 from orsd_gym.train.metrics import read_metrics
 from orsd_gym.train.trainer import Trainer
-from orsd_gym.train.update import RUNTIME_ALLOWANCE_GB, make_optimizer, update_policy
+from orsd_gym.train.update import RUNTIME_ALLOWANCE_GB, make_optimizer, memory_left, update_policy
 
 VOWEL_RUN = [
     "model.name=tiny-random",
@@ -117,7 +117,10 @@ def test_bf16_updates_under_a_memory_budget_start_at_exactly_ratio_1_and_kl_0(tm
             f"train.output_dir={tmp_path}",
         ],
     )
-    Trainer(config).run()
+    trainer = Trainer(config)
+    # Rollouts generate within the same budget: what it leaves beside the training state.
+    assert trainer.policy.generation_budget == memory_left(trainer.policy, trainer.algorithm, config.optim) > 0
+    trainer.run()
     lengths = {len(t.token_ids) for t in load_jsonl(tmp_path / "audit" / "iter_000001" / "trajectories.jsonl")}
     assert max(lengths) - min(lengths) >= 16  # one pass would pad the shortest past a 16-token block
     [record] = read_metrics(tmp_path / "metrics.jsonl")

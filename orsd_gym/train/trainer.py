@@ -64,6 +64,7 @@ from orsd_gym.train.update import (
     check_trainable_precision,
     has_model_tokens,
     make_optimizer,
+    memory_left,
     skip_update,
     update_policy,
 )
@@ -163,6 +164,8 @@ class Trainer:
         reference, verifier = frozen_models(self.policy, model, self.algo_config, device)
         self.algorithm = make_algorithm(config.algo.name, self.algo_config, reference=reference, verifier=verifier)
         activation_budget(self.policy, self.algorithm, config.optim)  # a budget too small fails here
+        # Rollouts, evaluations and ORSD's proposals generate in row chunks within the same budget.
+        self.policy.generation_budget = memory_left(self.policy, self.algorithm, config.optim)
         steps = config.train.iterations * config.optim.epochs * config.optim.minibatches
         self.optimizer, self.scheduler = make_optimizer(self.policy, config.optim, steps)
 

@@ -204,19 +204,35 @@ def _fits(policy: Policy, algorithm: Algorithm, optim: OptimConfig) -> Callable[
 RUNTIME_ALLOWANCE_GB = 0.8
 
 
-def activation_budget(policy: Policy, algorithm: Algorithm, optim: OptimConfig) -> int | None:
-    """Bytes one micro-batch's forward and backward may add under ``optim.max_memory_gb``
-    (None without a memory budget): the budget less the weights, their gradients and AdamW's
-    two moments, autocast's copies of the weights in a narrower update dtype, the algorithm's
-    frozen models and `RUNTIME_ALLOWANCE_GB`."""
+def memory_left(policy: Policy, algorithm: Algorithm | None, optim: OptimConfig) -> int | None:
+    """Bytes ``optim.max_memory_gb`` leaves for what one update micro-batch or one `generate`
+    call adds (None without a memory budget): the budget less `RUNTIME_ALLOWANCE_GB` and what a
+    training process holds throughout, `training_state_bytes` (without ``algorithm``: only the
+    policy's weights, as an evaluation alone holds)."""
     if optim.max_memory_gb is None:
         return None
+    held = policy.weight_bytes() if algorithm is None else training_state_bytes(policy, algorithm)
+    return int((optim.max_memory_gb - RUNTIME_ALLOWANCE_GB) * 1e9) - held
+
+
+def training_state_bytes(policy: Policy, algorithm: Algorithm) -> int:
+    """The weights, their gradients and AdamW's two moments, autocast's copies of the weights
+    in a narrower update dtype, and the algorithm's frozen models."""
     trainable = sum(p.numel() * p.element_size() for p in policy.trainable_parameters())
     frozen = sum(m.weight_bytes() for m in (algorithm.reference, algorithm.verifier) if m is not None)
-    state = policy.weight_bytes() + policy.update_weight_copy_bytes() + 3 * trainable + frozen
-    budget = int((optim.max_memory_gb - RUNTIME_ALLOWANCE_GB) * 1e9) - state
+    return policy.weight_bytes() + policy.update_weight_copy_bytes() + 3 * trainable + frozen
+
+
+def activation_budget(policy: Policy, algorithm: Algorithm, optim: OptimConfig) -> int | None:
+    """Bytes one micro-batch's forward and backward may add under ``optim.max_memory_gb``
+    (`memory_left`; None without a memory budget); a budget that leaves no room for one
+    256-token sequence fails here."""
+    budget = memory_left(policy, algorithm, optim)
+    if budget is None:
+        return None
     smallest = policy.update_activation_bytes(1, 256)
     if budget < smallest:
+        state = training_state_bytes(policy, algorithm)
         raise MemoryBudgetError(
             f"optim.max_memory_gb={optim.max_memory_gb} leaves {budget / 1e9:.2f} GB for an update's activations "
             f"(weights, their update-dtype copies, gradients, optimiser state and frozen models take "

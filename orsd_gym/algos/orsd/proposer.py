@@ -52,13 +52,11 @@ class Proposer:
             env_id = trajs[group.attempts[0]].env_id
             example = example_for(env_id, group.task, attempts[0].infos[0] if attempts and attempts[0].infos else {})
             contexts.extend([self.context(group, attempts, example, policy)] * cfg.num_bundles)
-        params = SamplingParams(
-            max_new_tokens=cfg.proposal_max_new_tokens,
-            temperature=cfg.proposal_temperature,
-            seed=int(rng.integers(2**31 - 1)),
-        )
+        params = SamplingParams(max_new_tokens=cfg.proposal_max_new_tokens, temperature=cfg.proposal_temperature)
+        # A generator per proposal: the same proposals whether a memory budget splits the call or not.
+        seeds = [int(seed) for seed in rng.integers(2**31 - 1, size=len(contexts))]
         with torch.no_grad():
-            completions = policy.generate(contexts, params)
+            completions = policy.generate(contexts, params, seeds=seeds)
         for n, group in enumerate(need):
             texts = [complete_lines(c) for c in completions[n * cfg.num_bundles : (n + 1) * cfg.num_bundles]]
             env_id = trajs[group.attempts[0]].env_id
