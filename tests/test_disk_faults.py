@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_output import message_lines
 from resumable_env import ENV_ID as VOWEL_ENV
 from safetensors import SafetensorError
 
@@ -57,7 +58,7 @@ def _train(out: Path, *flags: str) -> int:
 
 
 def _one_line_error(capsys) -> str:
-    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    lines = message_lines(capsys.readouterr().err)
     assert len(lines) == 1 and "Traceback" not in lines[0], lines
     return lines[0]
 
@@ -186,7 +187,7 @@ def test_a_full_disk_during_a_rollout_write_is_one_line_with_no_partial_file(tmp
         env=env,
         preexec_fn=limit_files_to_2kb,
     )
-    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    lines = message_lines(done.stderr)
     assert done.returncode == 2 and len(lines) == 1, done.stderr
     assert f"orsd-gym rollout: error: could not write trajectories to {out}: the file would exceed" in lines[0]
     assert lines[0].endswith("raise the limit (ulimit -f), then run the same command again")
