@@ -21,7 +21,7 @@ from orsd_gym.envs.base import REVEALS_OUTCOME
 from orsd_gym.policies.base import SamplingParams
 from orsd_gym.policies.hf import HFPolicy
 from orsd_gym.policies.models import load_policy
-from orsd_gym.rollout.collector import TaskSpec, collect
+from orsd_gym.rollout.collector import EnvSetup, TaskSpec, Teacher, collect
 from orsd_gym.rollout.options import RolloutOptions
 from orsd_gym.rollout.stats import rollout_stats
 from orsd_gym.train.config import load_config
@@ -38,12 +38,10 @@ def _guess_teacher(info):
 def _two_episodes(policy, layout):
     """One episode won in 1 step (task 4) and one lost after 3 steps (task 19, number 20)."""
     return collect(
-        GUESS,
-        policy,
+        EnvSetup(GUESS, num_envs=1),
+        Teacher(policy, _guess_teacher),
         [TaskSpec(0, 4), TaskSpec(0, 19)],
         group_size=1,
-        teacher=_guess_teacher,
-        num_envs=1,
         options=RolloutOptions(max_turns=3, layout=layout, action_format="last_line"),
     )
 
@@ -76,7 +74,11 @@ def test_webshop_score_page_never_reaches_the_judges(policy):
         return "click[buy now]" if "click[buy now]" in actions else products[0]
 
     (attempt,) = collect(
-        env, policy, [TaskSpec(0, 0)], group_size=1, teacher=shopper, num_envs=1, options=RolloutOptions(max_turns=5)
+        EnvSetup(env, num_envs=1),
+        Teacher(policy, shopper),
+        [TaskSpec(0, 0)],
+        group_size=1,
+        options=RolloutOptions(max_turns=5),
     )
     env.close()
     assert attempt.terminated and "Your score" in attempt.observations[-1]

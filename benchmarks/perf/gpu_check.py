@@ -26,7 +26,7 @@ import orsd_gym  # noqa: F401  (registers the envs)
 from orsd_gym.algos import make_algorithm
 from orsd_gym.policies.base import SamplingParams
 from orsd_gym.policies.models import load_policy
-from orsd_gym.rollout import RolloutOptions, collect
+from orsd_gym.rollout import EnvSetup, RolloutOptions, collect
 from orsd_gym.train.config import OptimConfig
 from orsd_gym.train.update import make_optimizer, update_policy
 
@@ -71,14 +71,12 @@ def run(device_name: str, dtype: str) -> dict:
     synchronize(device)
     started = time.perf_counter()
     trajectories = collect(
-        ENV,
+        EnvSetup(ENV, kwargs={"high": 10}),
         policy,
         list(range(4)),
         group_size=4,
         sampling=SamplingParams(max_new_tokens=16, seed=0),
         options=RolloutOptions(max_turns=4, action_format="admissible"),
-        env_kwargs={"high": 10},
-        seed=0,
     )
     synchronize(device)
     seconds = time.perf_counter() - started

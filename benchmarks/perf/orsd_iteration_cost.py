@@ -101,7 +101,6 @@ def main() -> int:
         list(range(args.tasks)),
         group_size=args.group_size,
         sampling=sampling,
-        seed=args.seed,
         options=RolloutOptions(max_turns=args.max_turns, action_format=args.action_format),
     )
     rollout = time.perf_counter() - started

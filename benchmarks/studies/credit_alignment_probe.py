@@ -84,7 +84,6 @@ def main() -> int:
             group_size=args.group_size,
             sampling=config.rollout.sampling(1.0, 0),
             options=config.rollout,
-            seed=0,
         )
     finally:
         close_envs(envs)

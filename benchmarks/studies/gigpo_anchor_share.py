@@ -84,7 +84,6 @@ def play(config: Any, iterations: int, out: Path) -> tuple[list[Trajectory], Any
                 group_size=rollout.group_size,
                 sampling=rollout.sampling(rollout.temperature, seed),
                 options=rollout,
-                seed=seed,
             )
             # Numbered apart from the earlier iterations' groups (after sampling, which their ids seed).
             groups, episodes = iteration * rollout.tasks_per_iteration, iteration * 10**6

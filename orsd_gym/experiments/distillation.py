@@ -24,7 +24,7 @@ import torch
 from orsd_gym import configio
 from orsd_gym.policies.base import Policy
 from orsd_gym.policies.models import load_policy
-from orsd_gym.rollout.collector import collect, expert_teacher
+from orsd_gym.rollout.collector import Teacher, collect, expert_teacher
 from orsd_gym.rollout.trajectory import Trajectory, load_jsonl, save_jsonl
 from orsd_gym.train.checkpoint import latest_good_checkpoint
 from orsd_gym.train.config import Config
@@ -46,7 +46,7 @@ def expert_states(config: Config, policy: Policy, num_tasks: int) -> list[Trajec
     envs = make_envs(config.env, configio.merge(plan.eval_kwargs, config.warm_start.env_kwargs), count=1)
     try:
         return collect(
-            envs, policy, [task.spec for task in tasks], group_size=1, options=config.rollout, teacher=expert_teacher
+            envs, Teacher(policy, expert_teacher), [task.spec for task in tasks], group_size=1, options=config.rollout
         )
     finally:
         close_envs(envs)

@@ -43,7 +43,6 @@ def evaluate(
             group_size=config.eval.group_size,
             sampling=config.rollout.sampling(config.eval.temperature, seed),
             options=config.rollout,
-            seed=seed,
             first_group=mine.start,
             edit_prompt=edit_prompt,
         )

@@ -379,7 +379,6 @@ class Trainer:
                 group_size=cfg.rollout.group_size,
                 sampling=cfg.rollout.sampling(cfg.rollout.temperature, rollout_seed),
                 options=cfg.rollout,
-                seed=rollout_seed,
                 first_group=mine.start,
             )
         record["time/rollout"] = timer.seconds
