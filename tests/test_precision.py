@@ -16,6 +16,7 @@ from orsd_gym.errors import ConfigError
 from orsd_gym.policies.base import SamplingParams
 from orsd_gym.policies.hf import HFPolicy
 from orsd_gym.policies.models import load_policy
+from orsd_gym.policies.settings import PolicySettings
 from orsd_gym.rollout.collector import EnvSetup, TaskSpec, collect
 from orsd_gym.rollout.options import RolloutOptions
 from orsd_gym.rollout.trajectory import load_jsonl
@@ -49,7 +50,7 @@ RUBRIC = "- Starts by guessing the middle of the range\n- Halves the range after
 def smollm2():
     """SmolLM2-135M sampling in bfloat16 over float32 weights: a real, peaked distribution, whose
     bf16 rounding shows where tiny-random's near-uniform one hides it."""
-    return load_policy("smollm2-135m", seed=0, inference_dtype="bfloat16")
+    return load_policy("smollm2-135m", inference_dtype="bfloat16")
 
 
 @pytest.fixture(scope="module")
@@ -137,7 +138,7 @@ def test_an_update_micro_batch_scored_without_gradients_repeats_its_forward_bit_
     log-probs without gradients in eval mode as with gradients in train mode (gradient
     checkpointing recomputes the same forward); padded further by a longer row they do not."""
     policy = (
-        load_policy("smollm2-135m", update_dtype="bfloat16", gradient_checkpointing=True)
+        load_policy("smollm2-135m", update_dtype="bfloat16", settings=PolicySettings(gradient_checkpointing=True))
         if checkpointing
         else HFPolicy(smollm2.model, smollm2.tokenizer, update_dtype="bfloat16")
     )

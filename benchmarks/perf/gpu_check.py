@@ -56,9 +56,7 @@ def run(device_name: str, dtype: str) -> dict:
     if device.type == "cuda":
         check(torch.cuda.is_available(), "CUDA is not available to torch")
         torch.cuda.reset_peak_memory_stats(device)
-    policy = load_policy(
-        "tiny-random", device=device_name, dtype="float32", inference_dtype=dtype, update_dtype=dtype, seed=0
-    )
+    policy = load_policy("tiny-random", device=device_name, dtype="float32", inference_dtype=dtype, update_dtype=dtype)
     expected = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}[dtype]
     check(all(p.device.type == device.type for p in policy.model.parameters()), "a parameter is off the device")
     check(all(p.dtype == torch.float32 for p in policy.model.parameters()), "a master weight is not float32")

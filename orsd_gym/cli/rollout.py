@@ -15,6 +15,7 @@ from orsd_gym.envs.lookup import env_creator
 from orsd_gym.errors import UsageError
 from orsd_gym.policies.base import SamplingParams
 from orsd_gym.policies.models import load_policy
+from orsd_gym.policies.settings import PolicySettings
 from orsd_gym.rollout.actions import PARSERS
 from orsd_gym.rollout.collector import EnvSetup, collect
 from orsd_gym.rollout.options import RolloutOptions
@@ -67,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     )
     with progress.phase(f"rollout of {args.tasks * args.group} episodes"):
         progress.step(f"loading {args.model}")
-        policy = load_policy(args.model, device=args.device, seed=args.seed)
+        policy = load_policy(args.model, device=args.device, settings=PolicySettings(seed=args.seed))
         progress.step("playing")
         trajectories = collect(
             EnvSetup(args.env, num_envs=args.num_envs, progress=not args.quiet),
