@@ -16,10 +16,10 @@ A rollout runs in rounds, each three phases you can read on their own
            retire finished episodes.
 
 Each episode samples from its own stream, seeded by the sampling's ``seed`` (None: 0), its
-``episode_id`` and the turn,
-so what an episode plays depends on its task and the weights alone, not on which episodes share
-its generation batch: on how many env slots there are, or how a data-parallel run splits the
-groups among its workers (a worker playing groups k.. passes ``first_group=k``).
+``episode_id`` and the turn, so what an episode plays depends on its task and the weights alone,
+not on which episodes share its generation batch: on how many env slots there are, or how a
+data-parallel run splits the groups among its workers (a worker playing groups k.. passes
+``first_group=k``).
 
 Budgets (`RolloutOptions.max_turns`, `SamplingParams.max_new_tokens` per turn and
 `RolloutOptions.max_episode_tokens` per sample) end an episode with ``truncated=True``; it is
