@@ -41,7 +41,7 @@ def policy():
     """The tiny random Llama with SmolLM2's tokenizer (fast; real tokenizer and chat template)."""
     from orsd_gym.policies.models import load_policy
 
-    return load_policy("tiny-random", seed=0)
+    return load_policy("tiny-random")
 
 
 @pytest.fixture(scope="session")

@@ -241,7 +241,6 @@ def test_orsd_on_collector_rollouts(policy, layout):
         [0, 1],
         group_size=3,
         sampling=SamplingParams(max_new_tokens=6, temperature=1.0, seed=0),
-        seed=0,
         options=RolloutOptions(max_turns=2, layout=layout),
     )
     forced = replay_deltas(policy, trajectories, [""] * len(trajectories), force_score=True)

@@ -129,7 +129,7 @@ def test_collected_alfworld_rollouts_align_in_both_layouts(policy, tmp_path, lay
     import gymnasium as gym
 
     import orsd_gym  # noqa: F401
-    from orsd_gym.rollout.collector import collect, expert_teacher
+    from orsd_gym.rollout.collector import EnvSetup, Teacher, collect, expert_teacher
 
     env = gym.make(
         "orsd_gym/ALFWorld-v0",
@@ -139,9 +139,10 @@ def test_collected_alfworld_rollouts_align_in_both_layouts(policy, tmp_path, lay
         task_types=["pick_and_place_simple"],
         generator={"num_tasks": 2, "max_receptacles": 2, "num_distractors": 0},
     )
-    options = {"options": RolloutOptions(layout=layout, action_format="admissible", max_turns=4), "num_envs": 1}
-    sampled = collect(env, policy, [0], group_size=2, **options)
-    demos = collect(env, policy, [1], group_size=1, teacher=expert_teacher, **options)
+    options = RolloutOptions(layout=layout, action_format="admissible", max_turns=4)
+    one_at_a_time = EnvSetup(env, num_envs=1)
+    sampled = collect(one_at_a_time, policy, [0], group_size=2, options=options)
+    demos = collect(one_at_a_time, Teacher(policy, expert_teacher), [1], group_size=1, options=options)
     env.close()
     ones = [torch.as_tensor(t.loss_mask, dtype=torch.float32) for t in sampled]
     result = credit_alignment(sampled, ones)

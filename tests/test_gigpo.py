@@ -298,7 +298,6 @@ def test_gigpo_on_collector_rollouts(policy, layout):
         [0, 1],
         group_size=3,
         sampling=SamplingParams(max_new_tokens=6, temperature=1.0, seed=0),
-        seed=0,
         options=RolloutOptions(max_turns=3, layout=layout, history=1),
     )
     # A random model never guesses: every turn is invalid, and each penalty is discounted differently

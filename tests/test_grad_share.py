@@ -17,6 +17,7 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 
 from orsd_gym.algos.base import PreparedBatch, make_algorithm
 from orsd_gym.policies.models import load_policy
+from orsd_gym.policies.settings import PolicySettings
 from orsd_gym.train import grad_share
 from orsd_gym.train.config import OptimConfig
 from orsd_gym.train.grad_share import gradient_copy_bytes, gradient_share, sample_micro_batch
@@ -133,7 +134,7 @@ def _allocated_peak(run) -> int:
 def checkpointed():
     """tiny-random as budgeted updates run it (gradient checkpointing), its LM head in chunks
     small enough that a copy of its gradient, not the logits, is what a pass adds on top."""
-    policy = load_policy("tiny-random", seed=0, gradient_checkpointing=True)
+    policy = load_policy("tiny-random", settings=PolicySettings(gradient_checkpointing=True))
     policy.logits_chunk = 16
     return policy
 
@@ -213,7 +214,7 @@ def test_the_share_stays_within_the_update_memory_budget(policy, template, monke
 
 
 def test_the_passes_run_in_train_mode_with_checkpointing_and_without_dropout():
-    policy = load_policy("tiny-random", seed=0, gradient_checkpointing=True, lora={"dropout": 0.5})
+    policy = load_policy("tiny-random", lora={"dropout": 0.5}, settings=PolicySettings(gradient_checkpointing=True))
     modules = list(policy.model.modules())
     for module in modules:
         if hasattr(module, "attention_dropout"):

@@ -21,7 +21,8 @@ from orsd_gym.envs.base import REVEALS_OUTCOME
 from orsd_gym.policies.base import SamplingParams
 from orsd_gym.policies.hf import HFPolicy
 from orsd_gym.policies.models import load_policy
-from orsd_gym.rollout.collector import TaskSpec, collect
+from orsd_gym.policies.settings import PolicySettings
+from orsd_gym.rollout.collector import EnvSetup, TaskSpec, Teacher, collect
 from orsd_gym.rollout.options import RolloutOptions
 from orsd_gym.rollout.stats import rollout_stats
 from orsd_gym.train.config import load_config
@@ -38,12 +39,10 @@ def _guess_teacher(info):
 def _two_episodes(policy, layout):
     """One episode won in 1 step (task 4) and one lost after 3 steps (task 19, number 20)."""
     return collect(
-        GUESS,
-        policy,
+        EnvSetup(GUESS, num_envs=1),
+        Teacher(policy, _guess_teacher),
         [TaskSpec(0, 4), TaskSpec(0, 19)],
         group_size=1,
-        teacher=_guess_teacher,
-        num_envs=1,
         options=RolloutOptions(max_turns=3, layout=layout, action_format="last_line"),
     )
 
@@ -76,7 +75,11 @@ def test_webshop_score_page_never_reaches_the_judges(policy):
         return "click[buy now]" if "click[buy now]" in actions else products[0]
 
     (attempt,) = collect(
-        env, policy, [TaskSpec(0, 0)], group_size=1, teacher=shopper, num_envs=1, options=RolloutOptions(max_turns=5)
+        EnvSetup(env, num_envs=1),
+        Teacher(policy, shopper),
+        [TaskSpec(0, 0)],
+        group_size=1,
+        options=RolloutOptions(max_turns=5),
     )
     env.close()
     assert attempt.terminated and "Your score" in attempt.observations[-1]
@@ -172,7 +175,7 @@ def test_bf16_deltas_compare_passes_computed_alike():
     """In bfloat16, cached decoding and one full forward can differ by more than a typical delta
     (by over 1e-3 on some CPUs, a few 1e-6 on others, so that gap is not asserted); both sides of
     delta are full passes in the update dtype, so an unchanged prompt gives exactly 0 anywhere."""
-    bf16 = load_policy("tiny-random", dtype="bfloat16", seed=0)
+    bf16 = load_policy("tiny-random", dtype="bfloat16")
     samples = collect(
         GUESS,
         bf16,
@@ -190,7 +193,7 @@ def test_bf16_deltas_compare_passes_computed_alike():
 def test_judges_render_with_thinking_off(policy):
     tokenizer = copy.deepcopy(policy.tokenizer)
     tokenizer.chat_template = QWEN3_TEMPLATE
-    qwen = HFPolicy(policy.model, tokenizer, chat_template_kwargs={"enable_thinking": True})
+    qwen = HFPolicy(policy.model, tokenizer, PolicySettings(chat_template_kwargs={"enable_thinking": True}))
     context = tokenizer.decode(Verifier(qwen).context(Judgement("t", "a", "c")))
     assert context.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
     rollout_prompt = tokenizer.decode(qwen.chat.prompt_tokens([{"role": "user", "content": "x"}]))
@@ -202,5 +205,5 @@ def test_a_lora_policy_samples_without_dropout_from_the_start():
     dropout would act on the first rollout (the update switches it off afterwards)."""
     from orsd_gym.policies.models import load_policy
 
-    policy = load_policy("tiny-random", seed=0, lora={"r": 4, "alpha": 8, "dropout": 0.5})
+    policy = load_policy("tiny-random", lora={"r": 4, "alpha": 8, "dropout": 0.5})
     assert not any(module.training for module in policy.model.modules())

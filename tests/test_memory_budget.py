@@ -113,8 +113,8 @@ def test_the_budget_counts_autocasts_copies_of_the_weights_in_a_narrower_update_
     from orsd_gym.train.config import OptimConfig
     from orsd_gym.train.update import activation_budget
 
-    full = load_policy("tiny-random", seed=0)
-    mixed = load_policy("tiny-random", seed=0, update_dtype="bfloat16")
+    full = load_policy("tiny-random")
+    mixed = load_policy("tiny-random", update_dtype="bfloat16")
     assert full.update_weight_copy_bytes() == 0
     assert mixed.update_weight_copy_bytes() == full.weight_bytes() // 2
     grpo, optim = make_algorithm("grpo"), OptimConfig(max_memory_gb=2.0)

@@ -9,7 +9,7 @@ from contract import PlainTextGame, fuzz_observation_sizes
 from huge_observation_env import ENV_ID as PAGE_DUMP_ENV
 
 from orsd_gym.policies.base import SamplingParams
-from orsd_gym.rollout import RolloutOptions, collect
+from orsd_gym.rollout import EnvSetup, RolloutOptions, collect
 from orsd_gym.rollout.fit import CUT_MARKER
 from orsd_gym.train.config import load_config
 from orsd_gym.train.metrics import read_metrics
@@ -20,10 +20,8 @@ MARKER = CUT_MARKER.split("{")[0]
 
 def test_a_page_dump_is_cut_to_leave_the_model_its_turn(policy):
     options = RolloutOptions(action_format="last_line", max_turns=3, max_episode_tokens=512)
-    env_kwargs = {"first_only": True}
-    out = collect(
-        PAGE_DUMP_ENV, policy, [0], group_size=2, sampling=SamplingParams(8), options=options, env_kwargs=env_kwargs
-    )
+    env = EnvSetup(PAGE_DUMP_ENV, kwargs={"first_only": True})
+    out = collect(env, policy, [0], group_size=2, sampling=SamplingParams(8), options=options)
     for t in out:
         assert t.model_spans() and t.num_turns >= 1  # the model answered the page
         assert len(t.token_ids) <= 512

@@ -246,7 +246,7 @@ def test_turn_placement_restates_the_rubric_next_to_every_model_turn(policy):
         policy,
         [TaskSpec(0, 7)],
         group_size=1,
-        sampling=SamplingParams(max_new_tokens=6, seed=1),
+        sampling=SamplingParams(max_new_tokens=6),
         options=RolloutOptions(max_turns=3, action_format="last_line"),
     )
     env_turns = sum(span.kind == "env" for span in trajectory.spans)

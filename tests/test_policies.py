@@ -224,7 +224,7 @@ def test_shared_prefix_groups_save_the_most_tokens():
 
 
 def test_bf16_inference_samples_in_bf16_and_updates_in_fp32():
-    bf16 = load_policy("tiny-random", seed=0, inference_dtype="bfloat16")
+    bf16 = load_policy("tiny-random", inference_dtype="bfloat16")
     assert bf16.dtype == torch.bfloat16 and bf16.model.dtype == torch.float32
     contexts = _contexts(bf16, 2)
     outs = bf16.generate(contexts, SamplingParams(max_new_tokens=8, seed=3))
@@ -425,7 +425,7 @@ def test_the_generation_budget_is_what_the_memory_budget_leaves():
     from orsd_gym.train.config import OptimConfig
     from orsd_gym.train.update import RUNTIME_ALLOWANCE_GB, memory_left
 
-    tiny = load_policy("tiny-random", seed=0)
+    tiny = load_policy("tiny-random")
     assert memory_left(tiny, None, OptimConfig()) is None
     left = memory_left(tiny, None, OptimConfig(max_memory_gb=RUNTIME_ALLOWANCE_GB + 1.0))
     assert left == int(1e9) - tiny.weight_bytes()

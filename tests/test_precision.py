@@ -16,7 +16,8 @@ from orsd_gym.errors import ConfigError
 from orsd_gym.policies.base import SamplingParams
 from orsd_gym.policies.hf import HFPolicy
 from orsd_gym.policies.models import load_policy
-from orsd_gym.rollout.collector import TaskSpec, collect
+from orsd_gym.policies.settings import PolicySettings
+from orsd_gym.rollout.collector import EnvSetup, TaskSpec, collect
 from orsd_gym.rollout.options import RolloutOptions
 from orsd_gym.rollout.trajectory import load_jsonl
 from orsd_gym.train.config import OptimConfig, load_config
@@ -49,7 +50,7 @@ RUBRIC = "- Starts by guessing the middle of the range\n- Halves the range after
 def smollm2():
     """SmolLM2-135M sampling in bfloat16 over float32 weights: a real, peaked distribution, whose
     bf16 rounding shows where tiny-random's near-uniform one hides it."""
-    return load_policy("smollm2-135m", seed=0, inference_dtype="bfloat16")
+    return load_policy("smollm2-135m", inference_dtype="bfloat16")
 
 
 @pytest.fixture(scope="module")
@@ -60,9 +61,8 @@ def guesses(smollm2):
         smollm2,
         [TaskSpec(0, 3), TaskSpec(1, 4)],
         group_size=3,
-        sampling=SamplingParams(max_new_tokens=12, temperature=1.0),
+        sampling=SamplingParams(max_new_tokens=12, temperature=1.0, seed=5),
         options=RolloutOptions(max_turns=2, action_format="last_line"),
-        seed=5,
     )
 
 
@@ -138,7 +138,7 @@ def test_an_update_micro_batch_scored_without_gradients_repeats_its_forward_bit_
     log-probs without gradients in eval mode as with gradients in train mode (gradient
     checkpointing recomputes the same forward); padded further by a longer row they do not."""
     policy = (
-        load_policy("smollm2-135m", update_dtype="bfloat16", gradient_checkpointing=True)
+        load_policy("smollm2-135m", update_dtype="bfloat16", settings=PolicySettings(gradient_checkpointing=True))
         if checkpointing
         else HFPolicy(smollm2.model, smollm2.tokenizer, update_dtype="bfloat16")
     )
@@ -227,9 +227,8 @@ def test_update_metrics_are_per_token_whatever_the_micro_batches(policy):
             policy,
             [TaskSpec(first_group, first_group)],
             group_size=3,
-            sampling=SamplingParams(max_new_tokens=new_tokens),
+            sampling=SamplingParams(max_new_tokens=new_tokens, seed=1),
             options=RolloutOptions(max_turns=1, action_format="last_line"),
-            seed=1,
             first_group=first_group,
         )
     assert len({sum(t.loss_mask) for t in samples}) > 1
@@ -261,9 +260,8 @@ def test_the_update_packs_rows_of_similar_length_into_a_micro_batch(policy, monk
             policy,
             [TaskSpec(first_group, first_group)],
             group_size=2,
-            sampling=SamplingParams(max_new_tokens=new_tokens),
+            sampling=SamplingParams(max_new_tokens=new_tokens, seed=1),
             options=RolloutOptions(max_turns=1, action_format="last_line"),
-            seed=1,
             first_group=first_group,
         )
     lengths = [len(t.token_ids) for t in samples]
@@ -293,14 +291,12 @@ def test_bf16_samples_depend_on_the_batch_but_what_enters_the_loss_does_not(smol
     the one-process run. Where the tokens agree, the old log-probs the loss uses agree exactly."""
     runs = [
         collect(
-            gym.make("orsd_gym/GuessNumber-v0", high=20),
+            EnvSetup(gym.make("orsd_gym/GuessNumber-v0", high=20), num_envs=slots),
             smollm2,
             [TaskSpec(0, 3), TaskSpec(1, 4)],
             group_size=3,
-            num_envs=slots,
-            sampling=SamplingParams(max_new_tokens=10, temperature=1.0),
+            sampling=SamplingParams(max_new_tokens=10, temperature=1.0, seed=7),
             options=RolloutOptions(max_turns=3, action_format="last_line"),
-            seed=7,
         )
         for slots in (6, 1)
     ]

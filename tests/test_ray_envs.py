@@ -12,7 +12,7 @@ pytest.importorskip("ray")
 import orsd_gym  # noqa: F401,E402
 from orsd_gym.errors import EnvReplayError  # noqa: E402
 from orsd_gym.policies.base import SamplingParams  # noqa: E402
-from orsd_gym.rollout import RolloutOptions, TaskSpec, collect  # noqa: E402
+from orsd_gym.rollout import EnvSetup, RolloutOptions, TaskSpec, collect  # noqa: E402
 from orsd_gym.rollout.ray_envs import EnvActorLostWarning, RayEnvSlots  # noqa: E402
 from orsd_gym.rollout.stats import rollout_stats  # noqa: E402
 
@@ -58,17 +58,16 @@ def _kill(ray, actor) -> None:
 
 GUESS_RUN = {
     "group_size": 2,
-    "sampling": SamplingParams(max_new_tokens=6),
+    "sampling": SamplingParams(max_new_tokens=6, seed=3),
     "options": RolloutOptions(max_turns=3, action_format="last_line"),
-    "env_kwargs": {"high": 20},
-    "seed": 3,
 }
+GUESS_KWARGS = {"high": 20}
 TASKS = [TaskSpec(seed=1, task_id=3), TaskSpec(seed=2, task_id=11)]
 
 
 def test_ray_actors_play_the_same_episodes_as_local_envs(ray_cluster, policy):
-    local = collect(GUESS, policy, TASKS, num_envs=4, **GUESS_RUN)
-    remote = collect(GUESS, policy, TASKS, num_envs=4, env_backend="ray", **GUESS_RUN)
+    local = collect(EnvSetup(GUESS, GUESS_KWARGS, num_envs=4), policy, TASKS, **GUESS_RUN)
+    remote = collect(EnvSetup(GUESS, GUESS_KWARGS, num_envs=4, backend="ray"), policy, TASKS, **GUESS_RUN)
     _same(local, remote)
     assert all("env_replays" not in t.extra for t in local)
     assert [t.extra["env_replays"] for t in remote] == [0, 0, 0, 0]
@@ -76,14 +75,13 @@ def test_ray_actors_play_the_same_episodes_as_local_envs(ray_cluster, policy):
 
 
 def test_a_killed_actor_is_replaced_and_its_episodes_replayed(ray_cluster, policy):
-    local = collect(GUESS, policy, TASKS, num_envs=4, **GUESS_RUN)
-    kwargs = dict(GUESS_RUN)
-    slots = RayEnvSlots(GUESS, 4, kwargs.pop("env_kwargs"), envs_per_actor=2)
+    local = collect(EnvSetup(GUESS, GUESS_KWARGS, num_envs=4), policy, TASKS, **GUESS_RUN)
+    slots = RayEnvSlots(GUESS, 4, GUESS_KWARGS, envs_per_actor=2)
     try:
         first_actor = slots._actors[0]  # slots 0 and 1: group 0's two episodes
         killing = _KillsBeforeTurn(policy, lambda: _kill(ray_cluster, first_actor), turn=2)
         with pytest.warns(EnvActorLostWarning, match="replaying"):
-            remote = collect(slots, killing, TASKS, **kwargs)
+            remote = collect(slots, killing, TASKS, **GUESS_RUN)
         assert slots.lost_actors == 1 and slots._actors[0] is not first_actor
     finally:
         slots.close()
@@ -112,10 +110,9 @@ def _both_backends(policy, env_id: str, **env_kwargs):
         "group_size": 2,
         "sampling": SamplingParams(max_new_tokens=12),
         "options": RolloutOptions(max_turns=2),
-        "env_kwargs": env_kwargs,
     }
-    local = collect(env_id, policy, [0], **run)
-    remote = collect(env_id, policy, [0], env_backend="ray", **run)
+    local = collect(EnvSetup(env_id, env_kwargs), policy, [0], **run)
+    remote = collect(EnvSetup(env_id, env_kwargs, backend="ray"), policy, [0], **run)
     _same(local, remote)
     assert all(t.env_id == env_id for t in remote) and all(t.num_turns >= 1 for t in remote)
 

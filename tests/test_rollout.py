@@ -14,7 +14,7 @@ pytest.importorskip("torch")
 import orsd_gym  # noqa: F401,E402
 from orsd_gym.policies.base import SamplingParams  # noqa: E402
 from orsd_gym.rollout import RolloutOptions, TaskSpec, collect, group_by, load_jsonl, save_jsonl  # noqa: E402
-from orsd_gym.rollout.collector import expert_teacher  # noqa: E402
+from orsd_gym.rollout.collector import EnvSetup, Teacher, expert_teacher  # noqa: E402
 from orsd_gym.rollout.trajectory import Trajectory  # noqa: E402
 
 GUESS = "orsd_gym/GuessNumber-v0"
@@ -47,12 +47,11 @@ def assert_well_formed(t: Trajectory, tokenizer) -> None:
 def test_guess_number_groups_are_well_formed_and_deterministic(policy, tmp_path):
     kwargs = dict(
         group_size=3,
-        sampling=SamplingParams(max_new_tokens=12),
+        sampling=SamplingParams(max_new_tokens=12, seed=5),
         options=RolloutOptions(max_turns=4),
-        seed=5,
-        num_envs=4,
     )
-    trajectories = collect(GUESS, policy, [0, 1, TaskSpec(seed=2, task_id=6)], **kwargs)
+    envs = EnvSetup(GUESS, num_envs=4)
+    trajectories = collect(envs, policy, [0, 1, TaskSpec(seed=2, task_id=6)], **kwargs)
     assert len(trajectories) == 9
     groups = group_by(trajectories)
     assert list(groups) == [0, 1, 2]
@@ -65,7 +64,7 @@ def test_guess_number_groups_are_well_formed_and_deterministic(policy, tmp_path)
         assert_well_formed(t, policy.tokenizer)
         assert t.env_id == GUESS and t.num_turns <= 4
         assert t.extra["reused_prefix_tokens"] > 0 or t.num_turns == 1
-    again = collect(GUESS, policy, [0, 1, TaskSpec(seed=2, task_id=6)], **kwargs)
+    again = collect(envs, policy, [0, 1, TaskSpec(seed=2, task_id=6)], **kwargs)
     assert [t.token_ids for t in again] == [t.token_ids for t in trajectories]
     path = tmp_path / "t.jsonl"
     save_jsonl(trajectories, path)
@@ -106,13 +105,14 @@ def test_token_budget_truncates_and_keeps_the_episode(policy):
 
 
 def test_vector_env_and_no_kv_cache_give_the_same_tokens(policy):
-    kwargs = dict(group_size=2, sampling=SamplingParams(max_new_tokens=8), seed=1)
+    kwargs = dict(group_size=2, sampling=SamplingParams(max_new_tokens=8, seed=1))
     vec = gym.make_vec(GUESS, num_envs=4, vectorization_mode="sync")
     try:
         from_vec = collect(vec, policy, [3, 4], options=RolloutOptions(max_turns=3), **kwargs)
     finally:
         vec.close()
-    plain = collect(GUESS, policy, [3, 4], num_envs=4, options=RolloutOptions(max_turns=3, kv_cache=False), **kwargs)
+    no_cache = RolloutOptions(max_turns=3, kv_cache=False)
+    plain = collect(EnvSetup(GUESS, num_envs=4), policy, [3, 4], options=no_cache, **kwargs)
     assert [t.token_ids for t in from_vec] == [t.token_ids for t in plain]
     assert all(t.extra["reused_prefix_tokens"] == 0 for t in plain)
 
@@ -128,11 +128,10 @@ def test_idle_vector_env_slots_are_never_stepped(policy, mode):
     try:
         out = collect(
             vec,
-            policy,
+            Teacher(policy, lambda info: "guess 1"),
             [TaskSpec(seed=0, task_id=0), TaskSpec(seed=0, task_id=1)],
             group_size=2,
             options=RolloutOptions(max_turns=4),
-            teacher=lambda info: "guess 1",
         )
         steps = sum(vec.get_attr("steps_taken"))
     finally:
@@ -165,13 +164,11 @@ def test_per_step_samples_state_the_task_once(policy, monkeypatch):
     # WebShop's pages quote the instruction: the sample does not repeat it above the page.
     monkeypatch.delenv("WEBSHOP_DATA", raising=False)
     out = collect(
-        "orsd_gym/WebShop-v0",
-        policy,
+        EnvSetup("orsd_gym/WebShop-v0", kwargs={"expert": True}),
+        Teacher(policy, expert_teacher),
         [0],
         group_size=1,
-        env_kwargs={"expert": True},
         options=RolloutOptions(layout="per_step", history=0, max_turns=3, action_format="admissible"),
-        teacher=expert_teacher,
     )
     assert len(out) == 3
     for t in out:
@@ -191,11 +188,10 @@ def _two_attempts(policy, env_id: str, **env_kwargs):
     env = gym.make(env_id, **env_kwargs)
     try:
         out = collect(
-            env,
+            EnvSetup(env, num_envs=1),
             policy,
             [0],
             group_size=2,
-            num_envs=1,
             sampling=SamplingParams(max_new_tokens=12),
             options=RolloutOptions(max_turns=3),
         )

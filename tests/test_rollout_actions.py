@@ -61,11 +61,11 @@ def test_choosing_from_the_list_fills_the_envs_action_templates(policy, monkeypa
     """WebShop lists search[<your query>] on its search page; a model that answers with a list
     number must search for the task, not for the words "your query"."""
     from orsd_gym.envs.webshop.shop import SEARCH_TEMPLATE
-    from orsd_gym.rollout import RolloutOptions, collect
+    from orsd_gym.rollout import RolloutOptions, Teacher, collect
 
     monkeypatch.delenv("WEBSHOP_DATA", raising=False)  # the embedded synthetic catalog
     options = RolloutOptions(action_format="admissible", max_turns=1)
-    [episode] = collect("orsd_gym/WebShop-v0", policy, [0], group_size=1, options=options, teacher=lambda info: "1")
+    [episode] = collect("orsd_gym/WebShop-v0", Teacher(policy, lambda info: "1"), [0], group_size=1, options=options)
     search = f"search[{episode.task}]"
     assert episode.infos[0]["admissible_actions"] == [search]
     assert f"1. {search}" in episode.prompt_messages[-1]["content"]

@@ -38,14 +38,12 @@ def test_teacher_test_plays_both_arms_on_the_same_tasks_and_seeds(policy, tmp_pa
     rubric_file = tmp_path / "rubrics.yaml"
     rubric_file.write_text("'*':\n" + "".join(f"  - {c}\n" for c in RUBRIC))
     options = RolloutOptions(max_turns=2, action_format="last_line")
-    sampling = SamplingParams(max_new_tokens=6)
+    sampling = SamplingParams(max_new_tokens=6, seed=7)
     tasks = [TaskSpec(seed=100 + n) for n in range(3)]
     played = []
 
     def play(edit=None):
-        trajectories = collect(
-            GUESS, policy, tasks, group_size=2, sampling=sampling, options=options, seed=7, edit_prompt=edit
-        )
+        trajectories = collect(GUESS, policy, tasks, group_size=2, sampling=sampling, options=options, edit_prompt=edit)
         played.append(trajectories)
         return trajectories
 
@@ -159,7 +157,7 @@ def test_train_gain_of_a_rubric_that_changes_nothing_is_zero(policy, p, bias_sig
     )
     sampling = config.rollout.sampling(config.rollout.temperature, 3)
     tasks = [TaskSpec(seed=1000 + n) for n in range(80)]
-    attempts = collect(VOWELS, blind, tasks, group_size=4, sampling=sampling, options=config.rollout, seed=3)
+    attempts = collect(VOWELS, blind, tasks, group_size=4, sampling=sampling, options=config.rollout)
     groups = [list(range(4 * n, 4 * n + 4)) for n in range(len(tasks))]
     mixed = [g for g in groups if 0 < sum(attempts[i].success for i in g) < 4]
     audit = [{"attempt_indices": g, "selected_rubric": ["writes vowels only"], "task_key": str(g[0])} for g in mixed]

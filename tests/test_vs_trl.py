@@ -25,7 +25,7 @@ def _module():
 def test_trl_is_shown_the_chats_orsd_gym_plays():
     """TRL's prompts are the plan's training tasks, in order, as orsd-gym's rollout renders them."""
     from orsd_gym.policies.models import load_policy
-    from orsd_gym.rollout import RolloutOptions, collect
+    from orsd_gym.rollout import EnvSetup, RolloutOptions, collect
     from orsd_gym.train.plan import build_task_plan
 
     vs_trl = _module()
@@ -34,12 +34,11 @@ def test_trl_is_shown_the_chats_orsd_gym_plays():
     plan = build_task_plan(vs_trl._config(args, "unused"))
     assert [row["task_id"] for row in rows] == [task.task_id for tasks in plan.train for task in tasks]
     played = collect(
-        vs_trl.ENV_ID,
+        EnvSetup(vs_trl.ENV_ID, kwargs),
         load_policy("tiny-random"),
         [plan.train[0][0].spec],
         group_size=1,
         options=RolloutOptions(max_turns=1, action_format="last_line"),
-        env_kwargs=kwargs,
     )[0]
     assert played.prompt_messages == rows[0]["prompt"]
 

@@ -102,7 +102,6 @@ def main() -> int:
             group_size=args.group_size,
             sampling=SamplingParams(max_new_tokens=args.max_new_tokens, seed=0),
             options=options,
-            seed=0,
         )
         rollout = time.perf_counter() - started
         started = time.perf_counter()

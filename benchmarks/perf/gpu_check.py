@@ -26,7 +26,7 @@ import orsd_gym  # noqa: F401  (registers the envs)
 from orsd_gym.algos import make_algorithm
 from orsd_gym.policies.base import SamplingParams
 from orsd_gym.policies.models import load_policy
-from orsd_gym.rollout import RolloutOptions, collect
+from orsd_gym.rollout import EnvSetup, RolloutOptions, collect
 from orsd_gym.train.config import OptimConfig
 from orsd_gym.train.update import make_optimizer, update_policy
 
@@ -56,9 +56,7 @@ def run(device_name: str, dtype: str) -> dict:
     if device.type == "cuda":
         check(torch.cuda.is_available(), "CUDA is not available to torch")
         torch.cuda.reset_peak_memory_stats(device)
-    policy = load_policy(
-        "tiny-random", device=device_name, dtype="float32", inference_dtype=dtype, update_dtype=dtype, seed=0
-    )
+    policy = load_policy("tiny-random", device=device_name, dtype="float32", inference_dtype=dtype, update_dtype=dtype)
     expected = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}[dtype]
     check(all(p.device.type == device.type for p in policy.model.parameters()), "a parameter is off the device")
     check(all(p.dtype == torch.float32 for p in policy.model.parameters()), "a master weight is not float32")
@@ -71,14 +69,12 @@ def run(device_name: str, dtype: str) -> dict:
     synchronize(device)
     started = time.perf_counter()
     trajectories = collect(
-        ENV,
+        EnvSetup(ENV, kwargs={"high": 10}),
         policy,
         list(range(4)),
         group_size=4,
         sampling=SamplingParams(max_new_tokens=16, seed=0),
         options=RolloutOptions(max_turns=4, action_format="admissible"),
-        env_kwargs={"high": 10},
-        seed=0,
     )
     synchronize(device)
     seconds = time.perf_counter() - started

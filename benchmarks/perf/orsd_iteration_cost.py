@@ -30,6 +30,7 @@ import orsd_gym  # noqa: F401  (registers the envs)
 from orsd_gym.algos import make_algorithm
 from orsd_gym.policies.base import SamplingParams
 from orsd_gym.policies.models import load_policy
+from orsd_gym.policies.settings import PolicySettings
 from orsd_gym.rollout import RolloutOptions
 from orsd_gym.rollout.collector import collect
 from orsd_gym.train.config import OptimConfig
@@ -90,7 +91,7 @@ def run_iteration(algo, policy, trajectories, optim: OptimConfig, rng_seed: int)
 def main() -> int:
     args = parse_args()
     torch.set_num_threads(args.threads)
-    policy = load_policy(args.model, device=args.device, seed=args.seed)
+    policy = load_policy(args.model, device=args.device, settings=PolicySettings(seed=args.seed))
     verifier = policy.copy_frozen(args.verifier_dtype)
     env = gym.make(args.env, **json.loads(args.env_kwargs))
     sampling = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed)
@@ -101,7 +102,6 @@ def main() -> int:
         list(range(args.tasks)),
         group_size=args.group_size,
         sampling=sampling,
-        seed=args.seed,
         options=RolloutOptions(max_turns=args.max_turns, action_format=args.action_format),
     )
     rollout = time.perf_counter() - started

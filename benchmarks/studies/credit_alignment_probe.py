@@ -71,7 +71,7 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     config = configio.load(Config, "demo", [*STUDY, *args.overrides])
     plan = build_task_plan(config)
-    policy = load_policy(config.model.name, seed=0)
+    policy = load_policy(config.model.name)
     ensure_warm_start(config, plan, policy, Path(args.warm_start))
     tasks = [task.spec for iteration in plan.train for task in iteration][: args.tasks]
     envs = make_envs(config.env, configio.merge(plan.train_kwargs, {"expert": True}), 6)
@@ -84,7 +84,6 @@ def main() -> int:
             group_size=args.group_size,
             sampling=config.rollout.sampling(1.0, 0),
             options=config.rollout,
-            seed=0,
         )
     finally:
         close_envs(envs)

@@ -40,6 +40,7 @@ from orsd_gym.algos.gigpo import anchor_groups, turn_states
 from orsd_gym.algos.grpo import episode_groups
 from orsd_gym.envs.presentation import state_key_for
 from orsd_gym.policies.models import load_policy
+from orsd_gym.policies.settings import PolicySettings
 from orsd_gym.rollout.collector import collect
 from orsd_gym.rollout.trajectory import Trajectory, save_jsonl
 from orsd_gym.train.config import load_config, resolve_algo
@@ -64,9 +65,11 @@ def play(config: Any, iterations: int, out: Path) -> tuple[list[Trajectory], Any
         model.name,
         dtype=model.dtype,
         lora=model.lora.settings(),
-        seed=config.train.seed,
-        token_budget=config.optim.micro_batch_tokens,
-        gradient_checkpointing=model.gradient_checkpointing,
+        settings=PolicySettings(
+            seed=config.train.seed,
+            token_budget=config.optim.micro_batch_tokens,
+            gradient_checkpointing=model.gradient_checkpointing,
+        ),
     )
     warm = None
     if config.warm_start.episodes > 0:
@@ -84,7 +87,6 @@ def play(config: Any, iterations: int, out: Path) -> tuple[list[Trajectory], Any
                 group_size=rollout.group_size,
                 sampling=rollout.sampling(rollout.temperature, seed),
                 options=rollout,
-                seed=seed,
             )
             # Numbered apart from the earlier iterations' groups (after sampling, which their ids seed).
             groups, episodes = iteration * rollout.tasks_per_iteration, iteration * 10**6

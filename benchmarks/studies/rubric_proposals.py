@@ -74,7 +74,6 @@ def make_rollouts(config: Any, policy: Any, path: Path, seed: int) -> list:
             group_size=cfg.group_size,
             sampling=cfg.sampling(cfg.temperature, seed),
             options=cfg,
-            seed=seed,
         )
     finally:
         env.close()

@@ -15,8 +15,9 @@ from orsd_gym.envs.lookup import env_creator
 from orsd_gym.errors import UsageError
 from orsd_gym.policies.base import SamplingParams
 from orsd_gym.policies.models import load_policy
+from orsd_gym.policies.settings import PolicySettings
 from orsd_gym.rollout.actions import PARSERS
-from orsd_gym.rollout.collector import collect
+from orsd_gym.rollout.collector import EnvSetup, collect
 from orsd_gym.rollout.options import RolloutOptions
 from orsd_gym.rollout.stats import rollout_stats
 from orsd_gym.rollout.trajectory import episodes_of, save_jsonl
@@ -62,21 +63,20 @@ def run(args: argparse.Namespace) -> int:
         max_turns=args.max_turns,
         max_episode_tokens=args.max_episode_tokens,
     )
-    sampling = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p)
+    sampling = SamplingParams(
+        max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p, seed=args.seed
+    )
     with progress.phase(f"rollout of {args.tasks * args.group} episodes"):
         progress.step(f"loading {args.model}")
-        policy = load_policy(args.model, device=args.device, seed=args.seed)
+        policy = load_policy(args.model, device=args.device, settings=PolicySettings(seed=args.seed))
         progress.step("playing")
         trajectories = collect(
-            args.env,
+            EnvSetup(args.env, num_envs=args.num_envs, progress=not args.quiet),
             policy,
             list(range(args.first_seed, args.first_seed + args.tasks)),
             group_size=args.group,
             sampling=sampling,
             options=options,
-            seed=args.seed,
-            num_envs=args.num_envs,
-            progress=not args.quiet,
         )
     save_jsonl(trajectories, args.out)
     console = Console()

@@ -194,21 +194,9 @@ class TextEnv(DefaultPresentation, gym.Env[str, str], ABC):
         if self._task_id is None:
             raise gym.error.ResetNeeded("Call reset() before step().")
         if self._done:
-            return (
-                self._last_observation,
-                0.0,
-                True,
-                False,
-                self._info({"feedback": self.finished_feedback, NO_PROGRESS: False}, is_valid_action=False),
-            )
+            return self._refused(self.finished_feedback)
         if not isinstance(action, str):
-            return (
-                self._last_observation,
-                0.0,
-                False,
-                False,
-                self._info({"feedback": self.non_text_action_feedback, NO_PROGRESS: False}, is_valid_action=False),
-            )
+            return self._refused(self.non_text_action_feedback)
         action = action[:MAX_ACTION_CHARS]
         try:
             outcome = self._play(action)
@@ -234,6 +222,12 @@ class TextEnv(DefaultPresentation, gym.Env[str, str], ABC):
         self._previous_action, self._last_observation = action.strip(), observation
         info = self._info({**outcome.info, NO_PROGRESS: repeated}, is_valid_action=outcome.is_valid_action)
         return self._last_observation, float(outcome.reward), bool(outcome.terminated), False, info
+
+    def _refused(self, feedback: str):
+        """A step that plays nothing (the episode is over, or the action is not text): the last
+        observation again, no reward, and ``feedback`` saying why."""
+        info = self._info({"feedback": feedback, NO_PROGRESS: False}, is_valid_action=False)
+        return self._last_observation, 0.0, self._done, False, info
 
     def render(self) -> str | None:
         if self.render_mode == "ansi":

@@ -24,7 +24,8 @@ import torch
 from orsd_gym import configio
 from orsd_gym.policies.base import Policy
 from orsd_gym.policies.models import load_policy
-from orsd_gym.rollout.collector import collect, expert_teacher
+from orsd_gym.policies.settings import PolicySettings
+from orsd_gym.rollout.collector import Teacher, collect, expert_teacher
 from orsd_gym.rollout.trajectory import Trajectory, load_jsonl, save_jsonl
 from orsd_gym.train.checkpoint import latest_good_checkpoint
 from orsd_gym.train.config import Config
@@ -46,7 +47,7 @@ def expert_states(config: Config, policy: Policy, num_tasks: int) -> list[Trajec
     envs = make_envs(config.env, configio.merge(plan.eval_kwargs, config.warm_start.env_kwargs), count=1)
     try:
         return collect(
-            envs, policy, [task.spec for task in tasks], group_size=1, options=config.rollout, teacher=expert_teacher
+            envs, Teacher(policy, expert_teacher), [task.spec for task in tasks], group_size=1, options=config.rollout
         )
     finally:
         close_envs(envs)
@@ -71,7 +72,11 @@ def policy_with(config: Config, weights: dict[str, torch.Tensor] | None = None) 
     """``config``'s model as its runs load it (with their seed), holding ``weights`` if given."""
     model = config.model
     policy = load_policy(
-        model.name, device=model.device, dtype=model.dtype, lora=model.lora.settings(), seed=config.train.seed
+        model.name,
+        device=model.device,
+        dtype=model.dtype,
+        lora=model.lora.settings(),
+        settings=PolicySettings(seed=config.train.seed),
     )
     if weights is not None:
         policy.load_state_dict(weights)

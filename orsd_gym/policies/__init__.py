@@ -10,6 +10,7 @@ from typing import Any
 
 from orsd_gym.errors import ModelNotFoundError
 from orsd_gym.policies.base import Completion, Policy, SamplingParams
+from orsd_gym.policies.settings import PolicySettings
 
 _LAZY = {
     "load_policy": "orsd_gym.policies.models",
@@ -18,7 +19,7 @@ _LAZY = {
     "LoRASettings": "orsd_gym.policies.lora",
 }
 
-__all__ = ["Completion", "ModelNotFoundError", "Policy", "SamplingParams", *_LAZY]
+__all__ = ["Completion", "ModelNotFoundError", "Policy", "PolicySettings", "SamplingParams", *_LAZY]
 
 
 def __getattr__(name: str) -> Any:

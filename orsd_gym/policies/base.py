@@ -30,7 +30,8 @@ class SamplingParams:
     top_p: float = 1.0
     stop: tuple[str, ...] = ()
     #: Seed of the torch Generator used for sampling (None: the backend's own generator), for
-    #: calls that give no per-row ``seeds`` (`Policy.generate`).
+    #: calls that give no per-row ``seeds`` (`Policy.generate`); `orsd_gym.rollout.collect`
+    #: derives each episode's per-row seeds from it (None: 0).
     seed: int | None = None
 
     def __post_init__(self) -> None:

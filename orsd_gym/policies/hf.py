@@ -23,10 +23,11 @@ from orsd_gym.policies.memory_model import llama_generation_bytes, llama_update_
 from orsd_gym.policies.precision import compute_dtype, computing_in, copy_in_dtype, resolve_dtype
 from orsd_gym.policies.sampler import Sampler, stop_token_ids
 from orsd_gym.policies.scorer import Scorer
+from orsd_gym.policies.settings import PolicySettings
 from orsd_gym.profiling import phase
 from orsd_gym.writable import write_with
 
-__all__ = ["HFPolicy", "LoRASettings", "load_pretrained", "resolve_dtype"]
+__all__ = ["HFPolicy", "LoRASettings", "PolicySettings", "load_pretrained", "resolve_dtype"]
 
 
 def load_pretrained(source: str, *, device: str, dtype: str | torch.dtype, attn_implementation: str | None):
@@ -55,29 +56,27 @@ def _setting_of(part: str, name: str) -> property:
 class HFPolicy:
     """A transformers causal LM behind the `Policy` protocol.
 
-    ``token_budget`` caps ``rows * padded_length`` of one `score` / `next_token_logprobs`
-    micro-batch; ``logits_chunk`` is how many positions go through the LM head at once (see
-    `Scorer`); ``share_prefixes`` encodes once a prefix several rows of one call share;
-    ``inference_dtype`` / ``update_dtype`` compute below the weights' dtype through autocast
-    (`score`'s ``precision`` picks one, or the weights' own).
+    ``settings`` (`PolicySettings`) hold the sampling seed, the chat template's settings and
+    the memory and speed knobs: ``token_budget`` caps ``rows * padded_length`` of one `score` /
+    `next_token_logprobs` micro-batch; ``logits_chunk`` is how many positions go through the LM
+    head at once (see `Scorer`); ``share_prefixes`` encodes once a prefix several rows of one
+    call share. ``inference_dtype`` / ``update_dtype`` compute below the weights' dtype through
+    autocast (`score`'s ``precision`` picks one, or the weights' own).
     """
 
     def __init__(
         self,
         model: Any,
         tokenizer: Any,
+        settings: PolicySettings | None = None,
         *,
         lora: LoRASettings | dict[str, Any] | None = None,
-        seed: int = 0,
-        chat_template_kwargs: dict[str, Any] | None = None,
         name: str = "",
-        token_budget: int = 16_384,
-        logits_chunk: int = 256,
-        gradient_checkpointing: bool = False,
-        share_prefixes: bool = True,
         inference_dtype: str | torch.dtype | None = None,
         update_dtype: str | torch.dtype | None = None,
     ) -> None:
+        settings = settings or PolicySettings()
+        gradient_checkpointing = settings.gradient_checkpointing
         if gradient_checkpointing:
             # Updates keep only each decoder layer's input and recompute the layer on backward
             # (benchmarks/README.md: the activations it saves). Only active in train mode, so
@@ -93,12 +92,12 @@ class HFPolicy:
             tokenizer.pad_token = tokenizer.eos_token
         self._tokenizer = tokenizer
         self.name = name
-        self.seed = seed
-        self._chat = ChatRenderer(tokenizer, chat_template_kwargs)
-        self.forward = CachedForward(self.model, tokenizer.pad_token_id, share_prefixes=share_prefixes)
-        self.scorer = Scorer(self.forward, token_budget=token_budget, logits_chunk=logits_chunk)
+        self.seed = settings.seed
+        self._chat = ChatRenderer(tokenizer, settings.chat_template_kwargs)
+        self.forward = CachedForward(self.model, tokenizer.pad_token_id, share_prefixes=settings.share_prefixes)
+        self.scorer = Scorer(self.forward, token_budget=settings.token_budget, logits_chunk=settings.logits_chunk)
         self.sampler = Sampler(
-            self.forward, tokenizer, stop_token_ids(self.model, tokenizer), seed, self.generation_bytes
+            self.forward, tokenizer, stop_token_ids(self.model, tokenizer), settings.seed, self.generation_bytes
         )
         self.device = self.forward.device
         weights_dtype = self.weights_dtype
@@ -299,15 +298,18 @@ class HFPolicy:
         # weights dtype (a KL reference) also computes a loss's inputs exactly as the policy does.
         inference_dtype = self.inference_dtype if dtype is None else resolve_dtype(dtype, self.device.type)
         update_dtype = self.update_dtype if inference_dtype == self.weights_dtype else inference_dtype
-        frozen = HFPolicy(
-            copy_in_dtype(self.model, inference_dtype),
-            self._tokenizer,
+        settings = PolicySettings(
             seed=self.seed,
             chat_template_kwargs=self._chat.template_kwargs,
-            name=self.name,
             token_budget=self.token_budget,
             logits_chunk=self.logits_chunk,
             share_prefixes=self.share_prefixes,
+        )
+        frozen = HFPolicy(
+            copy_in_dtype(self.model, inference_dtype),
+            self._tokenizer,
+            settings,
+            name=self.name,
             inference_dtype=inference_dtype,
             update_dtype=update_dtype,
         )

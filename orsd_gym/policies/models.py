@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from orsd_gym.errors import ModelNotFoundError
+from orsd_gym.policies.settings import PolicySettings
 
 if TYPE_CHECKING:
     from orsd_gym.policies.hf import HFPolicy
@@ -235,26 +236,22 @@ def load_policy(
     *,
     device: str = "cpu",
     dtype: str | Any = "auto",
-    lora: LoRASettings | dict[str, Any] | None = None,
-    seed: int = 0,
-    chat_template_kwargs: dict[str, Any] | None = None,
-    attn_implementation: str | None = "sdpa",
-    token_budget: int = 16_384,
-    gradient_checkpointing: bool = False,
     inference_dtype: str | Any | None = None,
     update_dtype: str | Any | None = None,
+    lora: LoRASettings | dict[str, Any] | None = None,
+    attn_implementation: str | None = "sdpa",
+    settings: PolicySettings | None = None,
 ) -> HFPolicy:
     """Load a model by registry name, local path or hub id as an `HFPolicy`.
 
-    ``dtype="auto"`` is float32 on CPU and bfloat16 on CUDA. ``lora`` (a `LoRASettings` or its
-    fields as a dict) wraps the model with peft adapters; only they are then trainable.
-    ``seed`` seeds the policy's own sampling Generator (used when `SamplingParams.seed` is None).
-    ``token_budget`` caps the padded tokens of one scoring micro-batch (a trainer passes its
-    ``optim.micro_batch_tokens``); ``gradient_checkpointing`` trades recomputation for memory in
-    updates (see `HFPolicy`). ``inference_dtype`` (e.g. ``"bfloat16"``; None: ``dtype``) is what
-    sampling and scoring without gradients compute in, through autocast; ``update_dtype`` (None:
-    ``dtype``) is what updates compute in, and the no-grad scoring of what a loss compares its
-    forward with (PPO's old log-probs, a KL reference's).
+    ``dtype="auto"`` is float32 on CPU and bfloat16 on CUDA. ``inference_dtype`` (e.g.
+    ``"bfloat16"``; None: ``dtype``) is what sampling and scoring without gradients compute in,
+    through autocast; ``update_dtype`` (None: ``dtype``) is what updates compute in, and the
+    no-grad scoring of what a loss compares its forward with (PPO's old log-probs, a KL
+    reference's). ``lora`` (a `LoRASettings` or its fields as a dict) wraps the model with peft
+    adapters; only they are then trainable. ``settings`` (`PolicySettings`: the sampling seed,
+    the chat template's settings, the scoring token budget, gradient checkpointing...) tune
+    the policy.
     """
     from orsd_gym.policies.hf import HFPolicy, load_pretrained
 
@@ -266,12 +263,9 @@ def load_policy(
     return HFPolicy(
         model,
         tokenizer,
+        settings,
         lora=lora,
-        seed=seed,
-        chat_template_kwargs=chat_template_kwargs,
         name=name_or_path,
-        token_budget=token_budget,
-        gradient_checkpointing=gradient_checkpointing,
         inference_dtype=inference_dtype,
         update_dtype=update_dtype,
     )

@@ -1,7 +1,7 @@
 """Multi-turn rollouts over (vector) envs, producing token-level Trajectories.
 
-``from orsd_gym.rollout import collect`` imports the collector lazily (it needs gymnasium and
-the policy interface, not torch).
+``from orsd_gym.rollout import collect`` (and its `EnvSetup` and `Teacher`) imports the collector
+lazily (it needs gymnasium and the policy interface, not torch).
 """
 
 from __future__ import annotations
@@ -11,14 +11,25 @@ from typing import Any
 from orsd_gym.rollout.options import RolloutOptions
 from orsd_gym.rollout.trajectory import Trajectory, TurnSpan, group_by, load_jsonl, save_jsonl
 
-__all__ = ["RolloutOptions", "Trajectory", "TurnSpan", "group_by", "load_jsonl", "save_jsonl", "collect", "TaskSpec"]
+__all__ = [
+    "RolloutOptions",
+    "Trajectory",
+    "TurnSpan",
+    "group_by",
+    "load_jsonl",
+    "save_jsonl",
+    "collect",
+    "EnvSetup",
+    "Teacher",
+    "TaskSpec",
+]
 
 
 def __getattr__(name: str) -> Any:
-    if name == "collect":
-        from orsd_gym.rollout.collector import collect
+    if name in ("collect", "EnvSetup", "Teacher"):
+        from orsd_gym.rollout import collector
 
-        return collect
+        return getattr(collector, name)
     if name == "TaskSpec":
         from orsd_gym.envs.tasks import TaskSpec
 

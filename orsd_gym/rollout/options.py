@@ -1,8 +1,10 @@
 """`RolloutOptions`: how a policy's turns become env actions and training samples.
 
-One typed record for every knob of `orsd_gym.rollout.collect`, validated when it is made; the
-trainer's rollout config extends it (`orsd_gym.train.config.RolloutConfig`), so a YAML
-``rollout:`` section and a Python call take the same fields.
+One typed record for how `orsd_gym.rollout.collect` plays (layout, action format, budgets, the
+KV cache), validated when it is made; the trainer's rollout config extends it
+(`orsd_gym.train.config.RolloutConfig`), so a YAML ``rollout:`` section and a Python call take
+the same fields. Which envs a call plays on is its `EnvSetup`; how it samples, its
+`SamplingParams`.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ import torch
 
 from orsd_gym.policies.base import Policy
 from orsd_gym.policies.models import load_policy
+from orsd_gym.policies.settings import PolicySettings
 from orsd_gym.rollout.collector import PromptEdit, collect
 from orsd_gym.rollout.stats import rollout_stats
 from orsd_gym.rollout.trajectory import Trajectory
@@ -43,7 +44,6 @@ def evaluate(
             group_size=config.eval.group_size,
             sampling=config.rollout.sampling(config.eval.temperature, seed),
             options=config.rollout,
-            seed=seed,
             first_group=mine.start,
             edit_prompt=edit_prompt,
         )
@@ -66,8 +66,8 @@ def evaluate_checkpoint(config: Config, checkpoint: Checkpoint) -> tuple[list[Tr
         device=config.model.device,
         dtype=config.model.dtype,
         lora=config.model.lora.settings(),
-        token_budget=config.optim.micro_batch_tokens,
         inference_dtype=config.model.inference_dtype,
+        settings=PolicySettings(token_budget=config.optim.micro_batch_tokens),
     )
     policy.load_state_dict(checkpoint.policy_state)
     policy.generation_budget = memory_left(policy, None, config.optim)

@@ -256,7 +256,6 @@ def teacher_episodes(envs: Any, policy: Any, config: Any, seed: int) -> Callable
                 group_size=config.eval.teacher_episodes,
                 sampling=config.rollout.sampling(config.rollout.temperature, seed),
                 options=config.rollout,
-                seed=seed,
                 edit_prompt=edit,
             )
 

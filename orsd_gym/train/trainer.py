@@ -31,6 +31,7 @@ from orsd_gym.algos.base import PreparedBatch, make_algorithm
 from orsd_gym.allocator import return_freed_memory, trim_heap
 from orsd_gym.errors import ConfigError, DiskWriteError
 from orsd_gym.policies.models import load_policy
+from orsd_gym.policies.settings import PolicySettings
 from orsd_gym.profiling import phase
 from orsd_gym.rollout.collector import collect
 from orsd_gym.rollout.stats import rollout_stats
@@ -150,11 +151,13 @@ class Trainer:
             device=device,
             dtype=model.dtype,
             lora=model.lora.settings(),
-            seed=config.train.seed,
-            token_budget=config.optim.micro_batch_tokens,
-            gradient_checkpointing=model.gradient_checkpointing,
             inference_dtype=model.inference_dtype,
             update_dtype=model.update_dtype,
+            settings=PolicySettings(
+                seed=config.train.seed,
+                token_budget=config.optim.micro_batch_tokens,
+                gradient_checkpointing=model.gradient_checkpointing,
+            ),
         )
         check_trainable_precision(self.policy)
         self.warm_start_metrics = workers.on_main(self._start_weights)
@@ -379,7 +382,6 @@ class Trainer:
                 group_size=cfg.rollout.group_size,
                 sampling=cfg.rollout.sampling(cfg.rollout.temperature, rollout_seed),
                 options=cfg.rollout,
-                seed=rollout_seed,
                 first_group=mine.start,
             )
         record["time/rollout"] = timer.seconds

@@ -27,7 +27,7 @@ from safetensors.torch import load_file, save_file
 from orsd_gym import configio, progress
 from orsd_gym.policies.base import Policy
 from orsd_gym.profiling import phase
-from orsd_gym.rollout.collector import collect, expert_teacher
+from orsd_gym.rollout.collector import Teacher, collect, expert_teacher
 from orsd_gym.rollout.trajectory import Trajectory
 from orsd_gym.train.config import Config
 from orsd_gym.train.envs import close_envs, make_envs
@@ -55,11 +55,10 @@ def collect_demonstrations(config: Config, plan: TaskPlan, policy: Policy) -> li
     try:
         return collect(
             envs,
-            policy,
+            Teacher(policy, expert_teacher),
             [task.spec for task in plan.warm_start],
             group_size=1,
             options=config.rollout,
-            teacher=expert_teacher,
             edit_prompt=edit if with_rubric else None,
         )
     finally:

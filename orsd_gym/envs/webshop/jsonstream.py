@@ -8,7 +8,7 @@ buffer, so peak memory is one buffer plus one record (benchmarks/perf/webshop_js
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -43,22 +43,25 @@ def iter_json_array(path: str | Path, chunk_chars: int = DEFAULT_CHUNK_CHARS) ->
     Numbers come back as ``json`` gives them (int, float; not ijson's default Decimal).
     ``chunk_chars`` is the read size in bytes.
     """
-    path = Path(path)
-    with path.open("rb") as handle:
-        _expect_top_level(handle, path, b"[")
-        try:
-            yield from ijson.items(handle, "item", use_float=True, buf_size=chunk_chars)
-        except ijson.JSONError as error:
-            raise _stream_error(path, error) from error
+    yield from _streamed(
+        Path(path), b"[", lambda handle: ijson.items(handle, "item", use_float=True, buf_size=chunk_chars)
+    )
 
 
 def iter_json_object(path: str | Path, chunk_chars: int = DEFAULT_CHUNK_CHARS) -> Iterator[tuple[str, Any]]:
     """Yield the ``(key, value)`` pairs of a file holding one top-level JSON object (numbers as in
     `iter_json_array`)."""
-    path = Path(path)
+    yield from _streamed(
+        Path(path), b"{", lambda handle: ijson.kvitems(handle, "", use_float=True, buf_size=chunk_chars)
+    )
+
+
+def _streamed(path: Path, opening: bytes, read: Callable[[IO[bytes]], Iterator[Any]]) -> Iterator[Any]:
+    """What ``read`` streams from ``path``, whose top level must open with ``opening``; a
+    malformed file raises its one-line error, naming the file."""
     with path.open("rb") as handle:
-        _expect_top_level(handle, path, b"{")
+        _expect_top_level(handle, path, opening)
         try:
-            yield from ijson.kvitems(handle, "", use_float=True, buf_size=chunk_chars)
+            yield from read(handle)
         except ijson.JSONError as error:
             raise _stream_error(path, error) from error
