@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import numpy as np
 import torch
@@ -188,6 +188,8 @@ class ORSD(GRPO):
     config_class = ORSDConfig
     config: ORSDConfig
     summed_metrics = frozenset({"num_groups", "orsd/bundles_parsed"})
+    #: An arm per rubric source: ``orsd:expert`` and ``orsd:shuffled`` are the controls.
+    variants = {source: {"rubric_source": source} for source in get_args(RubricSource)}
 
     def __init__(self, config=None, *, reference: Policy | None = None, verifier: Policy | None = None) -> None:
         super().__init__(config, reference=reference, verifier=verifier)
