@@ -15,7 +15,7 @@ from orsd_gym.algos.orsd.verifier import Judgement, Verifier
 from orsd_gym.rollout.trajectory import Trajectory
 
 if TYPE_CHECKING:
-    from orsd_gym.algos.orsd.algorithm import ORSDConfig
+    from orsd_gym.algos.orsd.config import ORSDConfig
 
 
 def verify(verifier: Verifier, groups: list[GroupWork], trajs: list[Trajectory], config: ORSDConfig) -> None:

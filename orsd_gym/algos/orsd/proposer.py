@@ -20,7 +20,7 @@ from orsd_gym.policies.base import Completion, Policy, SamplingParams
 from orsd_gym.rollout.trajectory import Trajectory
 
 if TYPE_CHECKING:
-    from orsd_gym.algos.orsd.algorithm import ORSDConfig
+    from orsd_gym.algos.orsd.config import ORSDConfig
 
 
 class Proposer:

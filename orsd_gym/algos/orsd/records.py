@@ -13,7 +13,7 @@ from orsd_gym.algos.orsd.groups import GroupWork, knows_expert_actions, masked_d
 from orsd_gym.rollout.trajectory import Trajectory
 
 if TYPE_CHECKING:
-    from orsd_gym.algos.orsd.algorithm import ORSDConfig
+    from orsd_gym.algos.orsd.config import ORSDConfig
 
 
 def audit_record(

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import yaml
@@ -30,7 +30,6 @@ from orsd_gym.errors import ConfigError
 from orsd_gym.policies.base import Policy
 from orsd_gym.rollout.trajectory import Trajectory
 
-RubricSource = Literal["policy", "expert", "shuffled", "file"]
 #: Sources whose single bundle is applied without the alignment gate (the controls).
 APPLIED_WITHOUT_SELECTION = ("expert", "shuffled")
 #: Distinct tasks whose rubric a shuffled source remembers (oldest forgotten first).
