@@ -33,22 +33,14 @@ from orsd_gym import progress
 from orsd_gym.algos.base import SOLO, Peers, PreparedBatch, register_algorithm
 from orsd_gym.algos.grpo import GRPO, episode_groups
 from orsd_gym.algos.orsd.config import ORSDConfig, RubricSource
-from orsd_gym.algos.orsd.groups import GroupWork, masked_deltas, task_key
-from orsd_gym.algos.orsd.judge import select, verify
+from orsd_gym.algos.orsd.groups import BatchView, Group, Judged, masked_deltas, task_key
+from orsd_gym.algos.orsd.judge import Judge
 from orsd_gym.algos.orsd.proposer import Proposer
 from orsd_gym.algos.orsd.records import audit_record, batch_metrics, capped_frac
 from orsd_gym.algos.orsd.replay import replay_deltas
 from orsd_gym.algos.orsd.rubrics import format_rubric
 from orsd_gym.algos.orsd.shaping import centre_delta, group_delta_scale, shape_advantages
-from orsd_gym.algos.orsd.sources import (
-    ExpertRubrics,
-    FileRubrics,
-    Lending,
-    NoRubrics,
-    PolicyRubrics,
-    ShuffledRubrics,
-    load_rubric_file,
-)
+from orsd_gym.algos.orsd.sources import Lending, ShuffledRubrics, make_source
 from orsd_gym.algos.orsd.verifier import Verifier
 from orsd_gym.policies.base import Policy
 from orsd_gym.profiling import phase
@@ -70,9 +62,10 @@ class ORSD(GRPO):
         super().__init__(config, reference=reference, verifier=verifier)
         cfg = self.config
         self.proposer = Proposer(cfg)
-        self.source = _source(cfg, self.proposer)
         #: rubric_source shuffled: rubrics of tasks seen so far, lent to other tasks.
         self.lending = Lending(cfg.shuffled_from == "policy", cfg.max_criteria)
+        self.source = make_source(cfg, self.proposer, self.lending)
+        self.judge = Judge(cfg, self._verifier_for)
         self._verifier: Verifier | None = None
 
     @property
@@ -97,47 +90,43 @@ class ORSD(GRPO):
         def timed(name: str):
             return _timed(times, name)
 
-        # Drawn before anything consumes rng: worker 0 then draws what a single process draws,
-        # whatever its share of the batch's mixed groups (every worker lends with worker 0's).
-        lending_seed = int(rng.integers(2**63 - 1)) if cfg.rubric_source == "shuffled" else 0
+        # Before any other draw: what the source draws must not depend on what the steps draw.
+        seed = self.source.draw(rng)
         with timed("total"):
             with timed("grpo"):
-                batch, groups, active = self._groups(trajectories, policy)
+                batch, groups = self._groups(trajectories, policy)
             trajs = batch.trajectories
+            view = BatchView(trajs, groups, policy, peers, seed)
+            active = [group for group in groups if group.mixed]
             with timed("propose"):
-                self.source.fill(active, trajs, policy, rng)
+                candidates = self.source.propose(active, view, rng)
             with timed("verify"):
-                verify(self._verifier_for(policy), [g for g in active if g.bundles], trajs, cfg)
+                scores = self.judge.verify(active, candidates, view)
             with timed("select"):
-                for group in active:
-                    select(group, cfg, rng)
-                if cfg.rubric_source == "shuffled":
-                    self.lending.lend(groups, active, trajs, lending_seed, peers)
-                    verify(self._verifier_for(policy), [g for g in active if g.bundles], trajs, cfg)
-                    for group in active:
-                        select(group, cfg, rng)
+                settled = self.source.settle(self.judge, active, candidates, scores, view, rng)
+            # Every group, in order: a group whose rewards are all equal gets no rubric.
+            by_id = {j.group.group_id: j for j in settled}
+            judged = [by_id.get(group.group_id) or Judged.without_signal(group) for group in groups]
             with timed("replay"):
-                deltas = self._replay(active, batch, policy)
+                deltas = self._replay(judged, batch, policy)
             with timed("shape"):
-                corrections = self._shape(groups, deltas, batch)
+                corrections = self._shape(judged, deltas, batch)
 
         batch.token_extras["orsd_delta"] = deltas
         batch.token_extras["orsd_correction"] = corrections
-        batch.audit = [audit_record(g, deltas, trajs, iteration, cfg) for g in groups]
-        batch.metrics.update(batch_metrics(groups, active, deltas, trajs, cfg))
+        batch.audit = [audit_record(j, deltas, trajs, iteration, cfg) for j in judged]
+        batch.metrics.update(batch_metrics(judged, deltas, trajs, cfg))
         if cfg.delta_scale == "bounded":
             batch.metrics["orsd/correction_capped_frac"] = capped_frac(batch, deltas, corrections, cfg)
         batch.metrics.update(times)
         return batch
 
-    def _groups(
-        self, trajectories: Sequence[Trajectory], policy: Policy
-    ) -> tuple[PreparedBatch, list[GroupWork], list[GroupWork]]:
-        """GRPO's batch, every group's work record, and the groups with mixed rewards."""
+    def _groups(self, trajectories: Sequence[Trajectory], policy: Policy) -> tuple[PreparedBatch, list[Group]]:
+        """GRPO's batch and its groups of attempts."""
         batch = self.grpo_prepare(trajectories, policy)
         trajs = batch.trajectories
         groups = [
-            GroupWork(
+            Group(
                 group_id=gid,
                 indices=[i for episode in episodes for i in episode],
                 # An attempt is shown by its last sample (per-step samples repeat the whole episode).
@@ -145,26 +134,16 @@ class ORSD(GRPO):
                 task=trajs[episodes[0][0]].task,
                 task_key=task_key(trajs[episodes[0][0]]),
                 rewards=[batch.rewards[episode[0]] for episode in episodes],
-                bundles=[],
-                source=self.config.rubric_source,
             )
             for gid, episodes in episode_groups(trajs).items()
         ]
-        active = []
-        for group in groups:
-            if len(group.rewards) < 2 or len(set(group.rewards)) == 1:
-                group.reason = "all rewards equal"
-            else:
-                active.append(group)
-        return batch, groups, active
+        return batch, groups
 
-    def _replay(self, active: list[GroupWork], batch: PreparedBatch, policy: Policy) -> list[torch.Tensor]:
+    def _replay(self, judged: list[Judged], batch: PreparedBatch, policy: Policy) -> list[torch.Tensor]:
         """delta per token of every trajectory (zeros where its group has no selected rubric)."""
         cfg = self.config
         trajs = batch.trajectories
-        rubric_of = {
-            i: format_rubric(g.bundles[g.selected]) for g in active if g.selected is not None for i in g.indices
-        }
+        rubric_of = {i: format_rubric(j.rubric) for j in judged if j.rubric is not None for i in j.group.indices}
         replay_indices = sorted(rubric_of)
         deltas = [torch.zeros(len(t.token_ids), dtype=torch.float32) for t in trajs]
         if replay_indices:
@@ -180,7 +159,7 @@ class ORSD(GRPO):
                 deltas[i] = delta
         return deltas
 
-    def _shape(self, groups: list[GroupWork], deltas: list[torch.Tensor], batch: PreparedBatch) -> list[torch.Tensor]:
+    def _shape(self, judged: list[Judged], deltas: list[torch.Tensor], batch: PreparedBatch) -> list[torch.Tensor]:
         """Add each token's correction to the batch's advantages; returns the corrections.
         With ``center_delta`` each delta is centred first, and the group's scale is measured on
         what is applied."""
@@ -188,7 +167,7 @@ class ORSD(GRPO):
         masks = [torch.as_tensor(t.loss_mask, dtype=torch.float32) for t in batch.trajectories]
         if cfg.center_delta:
             deltas = [centre_delta(d, m) for d, m in zip(deltas, masks, strict=True)]
-        scales = self._delta_scales(groups, deltas, batch.trajectories, batch)
+        scales = self._delta_scales(judged, deltas, batch.trajectories, batch)
         corrections = []
         for i, mask in enumerate(masks):
             shaped = shape_advantages(
@@ -253,31 +232,18 @@ class ORSD(GRPO):
         )
 
     def _delta_scales(
-        self, groups: list[GroupWork], deltas: list[torch.Tensor], trajs: list[Trajectory], batch: PreparedBatch
+        self, judged: list[Judged], deltas: list[torch.Tensor], trajs: list[Trajectory], batch: PreparedBatch
     ) -> dict[int, float]:
         """Trajectory index -> the ``normalized`` delta scale of its group (empty when ``raw``)."""
         if self.config.delta_scale == "raw":  # "bounded" caps the normalized correction
             return {}
         scales = {}
-        for group in groups:
-            if group.selected is None:
-                continue
+        for group in (j.group for j in judged if j.rubric is not None):
             clipped = masked_deltas(deltas, trajs, group.indices).abs().clamp(max=self.config.delta_clip)
             advantages = [float(batch.outcome_advantages[i].abs().max()) for i in group.attempts]
             scale = group_delta_scale(advantages, clipped)
             scales.update({i: scale for i in group.indices})
         return scales
-
-
-def _source(config: ORSDConfig, proposer: Proposer) -> Any:
-    """Where a group's candidate bundles come from (`orsd_gym.algos.orsd.sources`)."""
-    if config.rubric_source == "file":
-        return FileRubrics(load_rubric_file(config.rubric_file) if config.rubric_file else {})
-    if config.rubric_source == "expert":
-        return ExpertRubrics(config.max_criteria)
-    if config.rubric_source == "policy" or config.shuffled_from == "policy":
-        return PolicyRubrics(proposer)
-    return NoRubrics()
 
 
 @contextlib.contextmanager
