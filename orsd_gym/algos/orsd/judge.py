@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from orsd_gym.algos.orsd.groups import BatchView, Candidates, Group, Verdict
+from orsd_gym.algos.orsd.groups import BatchView, Candidates, Group, Judged, Verdict
 from orsd_gym.algos.orsd.rubrics import render_attempt
 from orsd_gym.algos.orsd.selection import bundle_correlations, select_bundle, select_random_bundle
 from orsd_gym.algos.orsd.verifier import Judgement, Verifier
@@ -80,3 +80,16 @@ class Judge:
             else:
                 reason = f"best correlation not above min_corr={cfg.min_corr}"
         return Verdict(scores, correlations, selected, reason)
+
+    def select_each(
+        self,
+        groups: Sequence[Group],
+        candidates: Sequence[Candidates],
+        scores: Sequence[Scores | None],
+        rng: np.random.Generator,
+    ) -> list[Judged]:
+        """Every group with its candidates and the verdict on them, in order."""
+        return [
+            Judged(group, found, self.select(group, found, score, rng))
+            for group, found, score in zip(groups, candidates, scores, strict=True)
+        ]

@@ -30,15 +30,18 @@ OfflineBundles = dict[str, list[list[str]]]
 class Online:
     """``rubric_mode: online``: every group's bundles are written from its own attempts."""
 
-    def pending(self, groups: Sequence[Group], kept: Mapping[str, list[list[str]]]) -> list[Group]:
+    def pending(self, groups: Sequence[Group], kept: OfflineBundles) -> list[Group]:
+        """The groups the policy writes for now."""
         return list(groups)
 
     def shown(self, group: Group, trajs: Sequence[Trajectory]) -> list[Trajectory] | None:
+        """The attempts a proposal shows (None: the task alone)."""
         return [trajs[i] for i in group.attempts]
 
     def settle(
         self, groups: Sequence[Group], written: Mapping[int, Candidates], kept: OfflineBundles
     ) -> list[Candidates]:
+        """Each group's candidates from what was ``written`` (by group id) now, and ``kept``."""
         return [written[group.group_id] for group in groups]
 
 
@@ -46,7 +49,7 @@ class Offline:
     """``rubric_mode: offline``: one proposal per task, from the task description alone, kept
     (in ``kept``, the checkpointed `Proposer.offline_bundles`) for the task's later groups."""
 
-    def pending(self, groups: Sequence[Group], kept: Mapping[str, list[list[str]]]) -> list[Group]:
+    def pending(self, groups: Sequence[Group], kept: OfflineBundles) -> list[Group]:
         # One proposal per distinct task not written for yet.
         return list({g.task_key: g for g in groups if g.task_key not in kept}.values())
 

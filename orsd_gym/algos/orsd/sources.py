@@ -114,20 +114,7 @@ class Source(ABC):
         rng: np.random.Generator,
     ) -> list[Judged]:
         """Each group with its candidates and the judge's verdict on them."""
-        return judged(judge, groups, candidates, scores, rng)
-
-
-def judged(
-    judge: Judge,
-    groups: Sequence[Group],
-    candidates: Sequence[Candidates],
-    scores: Sequence[Scores | None],
-    rng: np.random.Generator,
-) -> list[Judged]:
-    return [
-        Judged(group, found, judge.select(group, found, score, rng))
-        for group, found, score in zip(groups, candidates, scores, strict=True)
-    ]
+        return judge.select_each(groups, candidates, scores, rng)
 
 
 class PolicyRubrics(Source):
@@ -237,9 +224,9 @@ class ShuffledControl(Source):
         view: BatchView,
         rng: np.random.Generator,
     ) -> list[Judged]:
-        own = judged(judge, groups, candidates, scores, rng)
+        own = judge.select_each(groups, candidates, scores, rng)
         lent = self.lending.lend(own, view)
-        return judged(judge, groups, lent, judge.verify(groups, lent, view), rng)
+        return judge.select_each(groups, lent, judge.verify(groups, lent, view), rng)
 
 
 def make_source(config: ORSDConfig, proposer: Proposer, lending: Lending) -> Source:
