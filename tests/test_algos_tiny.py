@@ -264,10 +264,10 @@ def test_orsd_on_collector_rollouts(policy, layout):
 
 
 def test_proposal_prompt_shrinks_to_its_token_budget(policy, batch):
-    from orsd_gym.algos.orsd.groups import GroupWork
+    from orsd_gym.algos.orsd.groups import Group
     from orsd_gym.envs.alfworld.presentation import ALFWORLD_EXAMPLES
 
-    group = GroupWork(0, [0, 1], [0, 1], batch[0].task, "k", [1.0, 0.0], [])
+    group = Group(0, [0, 1], [0, 1], batch[0].task, "k", [1.0, 0.0])
     example = ALFWORLD_EXAMPLES[0]
     long_attempts = [
         dataclasses.replace(

@@ -25,13 +25,35 @@ from orsd_gym.train.stats import Estimate, mean_ci
 def test_arms_name_an_algorithm_and_a_rubric_source(tmp_path):
     assert Arm.parse("grpo") == Arm("grpo", "grpo", {})
     assert Arm.parse("orsd:expert") == Arm("orsd:expert", "orsd", {"rubric_source": "expert"})
-    with pytest.raises(UsageError, match="rubric source"):
+    with pytest.raises(UsageError, match="a variant is one an algorithm declares"):
         Arm.parse("orsd:oracle")
     with pytest.raises(UsageError):
         Arm.parse("grpo:expert")
     base = load_config(None, ["env.id=orsd_gym/GuessNumber-v0", "eval.num_tasks=4", "env.kwargs={}"])
     with pytest.raises(ConfigError, match="needs the env's expert plan"):
         run_config(base, Arm.parse("orsd:expert"), 1, tmp_path)  # GuessNumber has no expert
+
+
+def test_any_algorithm_declares_the_variants_an_arm_can_name(tmp_path):
+    """Arm variants come from the algorithm registry: an algorithm of a user's declares its own,
+    with no change to the comparison."""
+    from orsd_gym.algos.base import ALGORITHMS, register_algorithm
+    from orsd_gym.algos.grpo import GRPO
+
+    class Clipped(GRPO):
+        name = "clipped_test"
+        variants = {"tight": {"clip_low": 0.05, "clip_high": 0.05}}
+
+    register_algorithm(Clipped)
+    try:
+        arm = Arm.parse("clipped_test:tight@clip_high=0.1")
+        assert arm == Arm("clipped_test:tight@clip_high=0.1", "clipped_test", {"clip_low": 0.05, "clip_high": 0.1})
+        base = load_config(None, ["env.id=orsd_gym/GuessNumber-v0", "eval.num_tasks=4", "env.kwargs={}"])
+        assert resolve_algo(run_config(base, arm, 0, tmp_path)).clip_low == 0.05
+        with pytest.raises(UsageError, match="clipped_test:tight"):
+            Arm.parse("clipped_test:loose")
+    finally:
+        ALGORITHMS.pop("clipped_test")
 
 
 def test_arms_carry_algorithm_settings_for_a_sweep(tmp_path):

@@ -104,6 +104,9 @@ class Algorithm(ABC):
     #: the others are means over groups or episodes (averaged, weighted by groups) or
     #: ``time/`` durations (the slowest worker's).
     summed_metrics: ClassVar[frozenset[str]] = frozenset()
+    #: Named variants a comparison arm can select as ``<name>:<variant>`` (ORSD's controls,
+    #: ``orsd:expert``): variant -> the settings it stands for, under any the arm adds.
+    variants: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
 
     def __init__(self, config: Any = None, *, reference: Policy | None = None, verifier: Policy | None = None) -> None:
         self.config = coerce_config(self.config_class, config)
@@ -212,6 +215,15 @@ def registered_algorithms() -> list[str]:
 def algorithm_config_class(name: str) -> type:
     """The config dataclass of the algorithm registered as ``name``."""
     return _lookup(name).config_class
+
+
+def algorithm_variants() -> dict[str, dict[str, Any]]:
+    """Every declared variant (`Algorithm.variants`) as ``"<name>:<variant>"`` -> its settings."""
+    return {
+        f"{name}:{variant}": dict(settings)
+        for name in registered_algorithms()
+        for variant, settings in ALGORITHMS[name].variants.items()
+    }
 
 
 def make_algorithm(

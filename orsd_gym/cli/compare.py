@@ -9,6 +9,7 @@ from pathlib import Path
 from rich.console import Console
 
 from orsd_gym import configio
+from orsd_gym.algos.base import algorithm_variants
 from orsd_gym.cli.options import add_allow_change, add_json, add_no_live, add_threads, allowed_changes, threads_override
 from orsd_gym.errors import UsageError
 from orsd_gym.experiments.compare import Arm, compare, run_config, seeds_owned
@@ -27,7 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--algos",
         default="grpo,orsd",
         help=(
-            "comma-separated arms: algorithm names, ORSD's controls orsd:expert, orsd:shuffled, orsd:file, "
+            "comma-separated arms: algorithm names, the variants algorithms declare "
+            f"({', '.join(algorithm_variants())}), "
             "and classic-RL baselines sb3:maskable_ppo, sb3:ppo, sb3:dqn, random; an LLM arm takes "
             "algorithm settings as @key=value (orsd:expert@beta=0.1), so one comparison holds a sweep"
         ),

@@ -18,12 +18,12 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
 from rich.console import Console
 
 from orsd_gym import configio, progress
-from orsd_gym.algos.orsd.sources import RubricSource
+from orsd_gym.algos.base import algorithm_variants
 from orsd_gym.allocator import trim_heap
 from orsd_gym.errors import UsageError
 from orsd_gym.experiments.baseline_runs import run_baseline
@@ -55,9 +55,10 @@ class RunResult:
 
 @dataclass(frozen=True)
 class Arm:
-    """One arm of a comparison: an algorithm (``"grpo"``, ``"orsd"``), an ORSD control
-    (``"orsd:<rubric_source>"``: ``orsd:expert``, ``orsd:shuffled``, ``orsd:file``), or a
-    classic-RL baseline (``"sb3:maskable_ppo"``, ``"sb3:ppo"``, ``"sb3:dqn"``, ``"random"``).
+    """One arm of a comparison: an algorithm (``"grpo"``, ``"orsd"``), a variant an algorithm
+    declares (`Algorithm.variants`: ORSD's rubric sources ``orsd:expert``, ``orsd:shuffled``,
+    ``orsd:file``), or a classic-RL baseline (``"sb3:maskable_ppo"``, ``"sb3:ppo"``,
+    ``"sb3:dqn"``, ``"random"``).
 
     An LLM arm may set its algorithm's settings with ``@key=value`` suffixes, so one comparison
     holds a sweep: ``orsd:expert@beta=0.1`` and ``orsd:expert@beta=0.2`` train side by side on
@@ -82,12 +83,13 @@ class Arm:
         params = _arm_settings(text, settings)
         if not variant:
             return cls(text, algo, params)
-        if algo != "orsd" or variant not in get_args(RubricSource):
+        variants = algorithm_variants()
+        if name not in variants:
             raise UsageError(
-                f"arm {text!r}: a variant is an ORSD rubric source (orsd:{'|'.join(get_args(RubricSource))}) "
+                f"arm {text!r}: a variant is one an algorithm declares ({', '.join(variants)}) "
                 f"or a baseline (sb3:{'|'.join(SB3_BASELINES)}, random)"
             )
-        return cls(text, algo, {"rubric_source": variant, **params})
+        return cls(text, algo, {**variants[name], **params})
 
     @property
     def slug(self) -> str:
@@ -150,8 +152,9 @@ def compare(
         raise UsageError("compare starts its own workers: run it with train.workers=N (Ray), not under torchrun")
     out_dir = writable_directory(out_dir, "the report directory (--out)")
     console = console or Console()
+    options = RunOptions(resume=resume, allow_changes=tuple(allow_changes), live=live, console=console)
     with seeds_owned(out_dir, seeds, lambda text: console.out(text, highlight=False)):
-        return _compare(base, arms, seeds, out_dir, live, resume, allow_changes, console)
+        return _compare(base, arms, seeds, out_dir, options)
 
 
 @contextlib.contextmanager
@@ -165,16 +168,17 @@ def seeds_owned(out_dir: Path, seeds: Sequence[int], say: Callable[[str], None])
         yield
 
 
-def _compare(
-    base: Config,
-    arms: list[str],
-    seeds: list[int],
-    out_dir: Path,
-    live: bool,
-    resume: bool,
-    allow_changes: Sequence[str],
-    console: Console,
-) -> Path:
+@dataclass(frozen=True)
+class RunOptions:
+    """How `compare` trains each of its runs (see `compare` for what each does)."""
+
+    resume: bool
+    allow_changes: Sequence[str]
+    live: bool
+    console: Console
+
+
+def _compare(base: Config, arms: list[str], seeds: list[int], out_dir: Path, options: RunOptions) -> Path:
     """`compare`'s work, once this process owns its seeds."""
     # Per seed the LLM arms run first: a baseline gets the environment steps they used.
     parsed = sorted((Arm.parse(text) for text in arms), key=lambda arm: arm.baseline is not None)
@@ -189,36 +193,27 @@ def _compare(
     with progress.budget(sum(trained)):
         for number, (arm, seed, config) in enumerate(configs, start=1):
             with progress.phase(f"run {arm.slug}-seed{seed} ({number}/{len(configs)})"):
-                results.append(_run(arm, seed, config, base, resume, allow_changes, live, console, results))
+                results.append(_run(arm, seed, config, base, options, results))
     with progress.phase("writing the report"):
         return write_report(out_dir, base, results)
 
 
-def _run(
-    arm: Arm,
-    seed: int,
-    config: Config,
-    base: Config,
-    resume: bool,
-    allow_changes: Sequence[str],
-    live: bool,
-    console: Console,
-    earlier: list[RunResult],
-) -> RunResult:
+def _run(arm: Arm, seed: int, config: Config, base: Config, options: RunOptions, earlier: list[RunResult]) -> RunResult:
     """Train (or read) one run of a comparison; ``earlier`` are the runs before it."""
     run_dir = Path(config.train.output_dir)
     started = time.perf_counter()
-    if arm.baseline is None and resume and _finished_without_weights(config, run_dir, allow_changes):
+    console = options.console
+    if arm.baseline is None and options.resume and _finished_without_weights(config, run_dir, options.allow_changes):
         console.print(f"{run_dir} finished before (its checkpoints are not kept): read from its records")
         progress.advance(config.train.iterations, timed=False)
     elif arm.baseline is None:
-        reuse = resume and bool(list_checkpoints(run_dir / "checkpoints"))
+        reuse = options.resume and bool(list_checkpoints(run_dir / "checkpoints"))
         train(
             config,
             resume=reuse,
             overwrite=not reuse,
-            allow_changes=allow_changes if reuse else (),
-            live=live,
+            allow_changes=options.allow_changes if reuse else (),
+            live=options.live,
             console=console,
         )
     else:

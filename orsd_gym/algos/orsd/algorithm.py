@@ -24,160 +24,27 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, get_args
 
 import numpy as np
 import torch
 
 from orsd_gym import progress
 from orsd_gym.algos.base import SOLO, Peers, PreparedBatch, register_algorithm
-from orsd_gym.algos.grpo import GRPO, GRPOConfig, episode_groups
-from orsd_gym.algos.orsd.groups import GroupWork, masked_deltas, task_key
-from orsd_gym.algos.orsd.judge import select, verify
+from orsd_gym.algos.grpo import GRPO, episode_groups
+from orsd_gym.algos.orsd.config import ORSDConfig, RubricSource
+from orsd_gym.algos.orsd.groups import BatchView, Group, Judged, masked_deltas, task_key
+from orsd_gym.algos.orsd.judge import Judge
 from orsd_gym.algos.orsd.proposer import Proposer
 from orsd_gym.algos.orsd.records import audit_record, batch_metrics, capped_frac
-from orsd_gym.algos.orsd.replay import DEFAULT_RUBRIC_TEMPLATE, DeltaBaseline, Placement, replay_deltas
-from orsd_gym.algos.orsd.rubrics import (
-    DEFAULT_OFFLINE_PROPOSAL_TEMPLATE,
-    DEFAULT_PROPOSAL_SYSTEM,
-    DEFAULT_PROPOSAL_TEMPLATE,
-    format_rubric,
-)
+from orsd_gym.algos.orsd.replay import replay_deltas
+from orsd_gym.algos.orsd.rubrics import format_rubric
 from orsd_gym.algos.orsd.shaping import centre_delta, group_delta_scale, shape_advantages
-from orsd_gym.algos.orsd.sources import (
-    ExpertRubrics,
-    FileRubrics,
-    Lending,
-    NoRubrics,
-    PolicyRubrics,
-    RubricSource,
-    ShuffledRubrics,
-    load_rubric_file,
-)
-from orsd_gym.algos.orsd.verifier import (
-    DEFAULT_VERIFIER_SYSTEM,
-    DEFAULT_VERIFIER_TEMPLATE,
-    Scoring,
-    Verifier,
-)
+from orsd_gym.algos.orsd.sources import Lending, ShuffledRubrics, make_source
+from orsd_gym.algos.orsd.verifier import Verifier
 from orsd_gym.policies.base import Policy
 from orsd_gym.profiling import phase
 from orsd_gym.rollout.trajectory import Trajectory
-
-
-@dataclass
-class ORSDConfig(GRPOConfig):
-    """GRPO's settings plus ORSD's (see the module docstring for the beta / delta_clip defaults)."""
-
-    #: Candidate bundles per group (K) and criteria per bundle (M, at most).
-    num_bundles: int = 4
-    #: Criteria per candidate bundle, at most (M).
-    max_criteria: int = 4
-    #: Sampling temperature of the rubric proposals (0: greedy, all K alike).
-    proposal_temperature: float = 1.0
-    #: Enough for M=4 one-line criteria; every extra token is paid K times per group.
-    proposal_max_new_tokens: int = 96
-    #: System prompt of the rubric writer.
-    proposal_system: str = DEFAULT_PROPOSAL_SYSTEM
-    #: Placeholders: {task}, {attempts}, {num_attempts}, {max_criteria}.
-    proposal_template: str = DEFAULT_PROPOSAL_TEMPLATE
-    #: Task-only prompt of ``rubric_mode: offline`` (same placeholders, no attempts).
-    offline_proposal_template: str = DEFAULT_OFFLINE_PROPOSAL_TEMPLATE
-    #: How attempts are shown to the proposer and the verifier.
-    attempt_max_obs_chars: int = 120
-    #: Steps of each attempt shown, at most (fewer when the prompt would not fit).
-    attempt_max_steps: int = 16
-    #: Token budget of a proposal prompt: attempts show fewer steps until it fits.
-    proposal_max_context_tokens: int = 3072
-    #: How the verifier scores a criterion: "prob" (P(yes) renormalised over yes and no) or
-    #: "binary" (1 when yes is the likelier answer, else 0).
-    verifier_scoring: Scoring = "prob"
-    #: System prompt of the verifier.
-    verifier_system: str = DEFAULT_VERIFIER_SYSTEM
-    #: Placeholders: {task}, {attempt}, {criterion}.
-    verifier_template: str = DEFAULT_VERIFIER_TEMPLATE
-    #: Verifier contexts per `next_token_logprobs` call.
-    verifier_chunk_size: int = 64
-    #: A bundle is selected only if its correlation is above this (strictly).
-    min_corr: float = 0.0
-    #: "reward": the bundle whose scores correlate best with the rewards; "random": any bundle (a control).
-    selection: Literal["reward", "random"] = "reward"
-    #: "online": rubrics written from each group's attempts; "offline": written once per task from the task
-    #: alone.
-    rubric_mode: Literal["online", "offline"] = "online"
-    #: Where the replay puts the selected rubric: the system prompt, the first user message, or restated before
-    #: every turn ("turn").
-    rubric_placement: Placement = "system"
-    #: Placeholder: {rubric} (the selected criteria as a bulleted list).
-    rubric_template: str = DEFAULT_RUBRIC_TEMPLATE
-    #: Weight of the correction delta added to the GRPO advantage (its meaning depends on `delta_scale`).
-    beta: float = 0.1
-    #: Each token's delta is clipped to [-delta_clip, delta_clip] nats before it is scaled.
-    delta_clip: float = 1.0
-    #: Subtract each trajectory's mean delta (removes a rubric's uniform shift of every token;
-    #: the ``normalized`` scale is then measured on the centred delta).
-    center_delta: bool = False
-    #: Where delta's "without rubric" log-probs come from: "rollout" (the sampler's own where it
-    #: samples in float32: no extra pass; else a float32 pass) or "rescore" (always a float32
-    #: pass of the original sequences). Both sides of delta are computed in the weights' own
-    #: precision (float32 in the mixed-precision presets), whatever `update_dtype` is; "auto" is "rollout".
-    delta_baseline: DeltaBaseline | Literal["auto"] = "auto"
-    #: "raw": the correction is ``beta * clip(delta)`` in nats; "normalized": each group's delta is
-    #: rescaled so its mean |clip(delta)| equals the group's mean |advantage| (`group_delta_scale`),
-    #: making ``beta`` the correction's share of a typical advantage. Its share of the *gradient*
-    #: is larger: the delta sits on the uncertain tokens, where log-prob gradients are largest
-    #: (benchmarks/README.md, the beta study: keep beta small with "normalized").
-    #: "bounded": "normalized", then each token's correction capped at ``correction_bound`` times
-    #: its outcome advantage (`orsd_gym.algos.orsd.shaping`), so on every token the correction can
-    #: move credit but never outweigh or reverse the outcome's push. That bounds it per token, not
-    #: its share of the gradient: where attempts share tokens the outcome's terms cancel and the
-    #: correction's can add up.
-    delta_scale: Literal["raw", "normalized", "bounded"] = "raw"
-    #: With delta_scale "bounded": each token's correction is at most this fraction of its |advantage|, in [0,
-    #: 1).
-    correction_bound: float = 0.5
-    #: Where candidate rubrics come from (`orsd_gym.algos.orsd.sources`): the method ("policy") or
-    #: a control ("expert", "shuffled") or a person's file ("file", with ``rubric_file``).
-    rubric_source: RubricSource = "policy"
-    #: With rubric_source "file": YAML mapping task keys (or "*") to lists of criteria.
-    rubric_file: str | None = None
-    #: What a "shuffled" source lends to other tasks: expert bundles or the policy's selected ones.
-    shuffled_from: Literal["expert", "policy"] = "expert"
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        for name in (
-            "num_bundles",
-            "max_criteria",
-            "proposal_max_new_tokens",
-            "verifier_chunk_size",
-            "attempt_max_steps",
-            "proposal_max_context_tokens",
-        ):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.proposal_temperature < 0:
-            raise ValueError(f"proposal_temperature must be >= 0, got {self.proposal_temperature}")
-        if self.beta < 0 or self.delta_clip <= 0:
-            raise ValueError(f"need beta >= 0 and delta_clip > 0, got {self.beta}, {self.delta_clip}")
-        if not 0.0 <= self.correction_bound < 1.0:
-            raise ValueError(f"correction_bound is a fraction of |advantage| in [0, 1), got {self.correction_bound}")
-        if not -1.0 <= self.min_corr <= 1.0:
-            raise ValueError(f"min_corr is a correlation threshold in [-1, 1], got {self.min_corr}")
-        if (self.rubric_source == "file") != (self.rubric_file is not None):
-            raise ValueError("rubric_file is needed by rubric_source='file' and used by it only")
-        if self.rubric_mode == "offline" and self.rubric_source != "policy":
-            raise ValueError("rubric_mode='offline' applies to rubric_source='policy' only")
-
-    @property
-    def needs_verifier(self) -> bool:
-        return True
-
-    @property
-    def needs_expert_plans(self) -> bool:
-        """The rubric source reads the env's expert plan from each trajectory's reset info."""
-        return self.rubric_source == "expert" or (self.rubric_source == "shuffled" and self.shuffled_from == "expert")
 
 
 @register_algorithm
@@ -188,14 +55,17 @@ class ORSD(GRPO):
     config_class = ORSDConfig
     config: ORSDConfig
     summed_metrics = frozenset({"num_groups", "orsd/bundles_parsed"})
+    #: An arm per rubric source: ``orsd:expert`` and ``orsd:shuffled`` are the controls.
+    variants = {source: {"rubric_source": source} for source in get_args(RubricSource)}
 
     def __init__(self, config=None, *, reference: Policy | None = None, verifier: Policy | None = None) -> None:
         super().__init__(config, reference=reference, verifier=verifier)
         cfg = self.config
         self.proposer = Proposer(cfg)
-        self.source = _source(cfg, self.proposer)
         #: rubric_source shuffled: rubrics of tasks seen so far, lent to other tasks.
         self.lending = Lending(cfg.shuffled_from == "policy", cfg.max_criteria)
+        self.source = make_source(cfg, self.proposer, self.lending)
+        self.judge = Judge(cfg, self._verifier_for)
         self._verifier: Verifier | None = None
 
     @property
@@ -220,47 +90,43 @@ class ORSD(GRPO):
         def timed(name: str):
             return _timed(times, name)
 
-        # Drawn before anything consumes rng: worker 0 then draws what a single process draws,
-        # whatever its share of the batch's mixed groups (every worker lends with worker 0's).
-        lending_seed = int(rng.integers(2**63 - 1)) if cfg.rubric_source == "shuffled" else 0
+        # Before any other draw: what the source draws must not depend on what the steps draw.
+        seed = self.source.draw(rng)
         with timed("total"):
             with timed("grpo"):
-                batch, groups, active = self._groups(trajectories, policy)
+                batch, groups = self._groups(trajectories, policy)
             trajs = batch.trajectories
+            view = BatchView(trajs, groups, policy, peers, seed)
+            active = [group for group in groups if group.mixed]
             with timed("propose"):
-                self.source.fill(active, trajs, policy, rng)
+                candidates = self.source.propose(active, view, rng)
             with timed("verify"):
-                verify(self._verifier_for(policy), [g for g in active if g.bundles], trajs, cfg)
+                scores = self.judge.verify(active, candidates, view)
             with timed("select"):
-                for group in active:
-                    select(group, cfg, rng)
-                if cfg.rubric_source == "shuffled":
-                    self.lending.lend(groups, active, trajs, lending_seed, peers)
-                    verify(self._verifier_for(policy), [g for g in active if g.bundles], trajs, cfg)
-                    for group in active:
-                        select(group, cfg, rng)
+                settled = self.source.settle(self.judge, active, candidates, scores, view, rng)
+            # Every group, in order: a group whose rewards are all equal gets no rubric.
+            by_id = {j.group.group_id: j for j in settled}
+            judged = [by_id.get(group.group_id) or Judged.without_signal(group) for group in groups]
             with timed("replay"):
-                deltas = self._replay(active, batch, policy)
+                deltas = self._replay(judged, batch, policy)
             with timed("shape"):
-                corrections = self._shape(groups, deltas, batch)
+                corrections = self._shape(judged, deltas, batch)
 
         batch.token_extras["orsd_delta"] = deltas
         batch.token_extras["orsd_correction"] = corrections
-        batch.audit = [audit_record(g, deltas, trajs, iteration, cfg) for g in groups]
-        batch.metrics.update(batch_metrics(groups, active, deltas, trajs, cfg))
+        batch.audit = [audit_record(j, deltas, trajs, iteration, cfg) for j in judged]
+        batch.metrics.update(batch_metrics(judged, deltas, trajs, cfg))
         if cfg.delta_scale == "bounded":
             batch.metrics["orsd/correction_capped_frac"] = capped_frac(batch, deltas, corrections, cfg)
         batch.metrics.update(times)
         return batch
 
-    def _groups(
-        self, trajectories: Sequence[Trajectory], policy: Policy
-    ) -> tuple[PreparedBatch, list[GroupWork], list[GroupWork]]:
-        """GRPO's batch, every group's work record, and the groups with mixed rewards."""
+    def _groups(self, trajectories: Sequence[Trajectory], policy: Policy) -> tuple[PreparedBatch, list[Group]]:
+        """GRPO's batch and its groups of attempts."""
         batch = self.grpo_prepare(trajectories, policy)
         trajs = batch.trajectories
         groups = [
-            GroupWork(
+            Group(
                 group_id=gid,
                 indices=[i for episode in episodes for i in episode],
                 # An attempt is shown by its last sample (per-step samples repeat the whole episode).
@@ -268,26 +134,16 @@ class ORSD(GRPO):
                 task=trajs[episodes[0][0]].task,
                 task_key=task_key(trajs[episodes[0][0]]),
                 rewards=[batch.rewards[episode[0]] for episode in episodes],
-                bundles=[],
-                source=self.config.rubric_source,
             )
             for gid, episodes in episode_groups(trajs).items()
         ]
-        active = []
-        for group in groups:
-            if len(group.rewards) < 2 or len(set(group.rewards)) == 1:
-                group.reason = "all rewards equal"
-            else:
-                active.append(group)
-        return batch, groups, active
+        return batch, groups
 
-    def _replay(self, active: list[GroupWork], batch: PreparedBatch, policy: Policy) -> list[torch.Tensor]:
+    def _replay(self, judged: list[Judged], batch: PreparedBatch, policy: Policy) -> list[torch.Tensor]:
         """delta per token of every trajectory (zeros where its group has no selected rubric)."""
         cfg = self.config
         trajs = batch.trajectories
-        rubric_of = {
-            i: format_rubric(g.bundles[g.selected]) for g in active if g.selected is not None for i in g.indices
-        }
+        rubric_of = {i: format_rubric(j.rubric) for j in judged if j.rubric is not None for i in j.group.indices}
         replay_indices = sorted(rubric_of)
         deltas = [torch.zeros(len(t.token_ids), dtype=torch.float32) for t in trajs]
         if replay_indices:
@@ -303,7 +159,7 @@ class ORSD(GRPO):
                 deltas[i] = delta
         return deltas
 
-    def _shape(self, groups: list[GroupWork], deltas: list[torch.Tensor], batch: PreparedBatch) -> list[torch.Tensor]:
+    def _shape(self, judged: list[Judged], deltas: list[torch.Tensor], batch: PreparedBatch) -> list[torch.Tensor]:
         """Add each token's correction to the batch's advantages; returns the corrections.
         With ``center_delta`` each delta is centred first, and the group's scale is measured on
         what is applied."""
@@ -311,7 +167,7 @@ class ORSD(GRPO):
         masks = [torch.as_tensor(t.loss_mask, dtype=torch.float32) for t in batch.trajectories]
         if cfg.center_delta:
             deltas = [centre_delta(d, m) for d, m in zip(deltas, masks, strict=True)]
-        scales = self._delta_scales(groups, deltas, batch.trajectories, batch)
+        scales = self._delta_scales(judged, deltas, batch.trajectories, batch)
         corrections = []
         for i, mask in enumerate(masks):
             shaped = shape_advantages(
@@ -376,31 +232,18 @@ class ORSD(GRPO):
         )
 
     def _delta_scales(
-        self, groups: list[GroupWork], deltas: list[torch.Tensor], trajs: list[Trajectory], batch: PreparedBatch
+        self, judged: list[Judged], deltas: list[torch.Tensor], trajs: list[Trajectory], batch: PreparedBatch
     ) -> dict[int, float]:
         """Trajectory index -> the ``normalized`` delta scale of its group (empty when ``raw``)."""
         if self.config.delta_scale == "raw":  # "bounded" caps the normalized correction
             return {}
         scales = {}
-        for group in groups:
-            if group.selected is None:
-                continue
+        for group in (j.group for j in judged if j.rubric is not None):
             clipped = masked_deltas(deltas, trajs, group.indices).abs().clamp(max=self.config.delta_clip)
             advantages = [float(batch.outcome_advantages[i].abs().max()) for i in group.attempts]
             scale = group_delta_scale(advantages, clipped)
             scales.update({i: scale for i in group.indices})
         return scales
-
-
-def _source(config: ORSDConfig, proposer: Proposer) -> Any:
-    """Where a group's candidate bundles come from (`orsd_gym.algos.orsd.sources`)."""
-    if config.rubric_source == "file":
-        return FileRubrics(load_rubric_file(config.rubric_file) if config.rubric_file else {})
-    if config.rubric_source == "expert":
-        return ExpertRubrics(config.max_criteria)
-    if config.rubric_source == "policy" or config.shuffled_from == "policy":
-        return PolicyRubrics(proposer)
-    return NoRubrics()
 
 
 @contextlib.contextmanager

@@ -1,26 +1,77 @@
 """The method's rubric writer: the current policy writes candidate bundles of process criteria.
 
-Online, from each group's attempts (rendered without their outcome, `rubrics.render_attempt`);
-offline (``rubric_mode: offline``), once per task from the task alone, kept for the task's
-later groups. The env's worked example (`orsd_gym.envs.presentation`) precedes the request,
-and criteria copying it are dropped.
+When it writes them is the ``rubric_mode``, a strategy of its own (`Online`, `Offline`): online,
+from each group's attempts (rendered without their outcome, `rubrics.render_attempt`); offline,
+once per task from the task alone, kept for the task's later groups. The env's worked example
+(`orsd_gym.envs.presentation`) precedes the request, and criteria copying it are dropped.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
-from orsd_gym.algos.orsd.groups import GroupWork
+from orsd_gym.algos.orsd.groups import BatchView, Candidates, Group
 from orsd_gym.algos.orsd.rubrics import parse_criteria, proposal_messages
 from orsd_gym.envs.presentation import WorkedExample, example_for, examples_for
 from orsd_gym.policies.base import Completion, Policy, SamplingParams
 from orsd_gym.rollout.trajectory import Trajectory
 
 if TYPE_CHECKING:
-    from orsd_gym.algos.orsd.algorithm import ORSDConfig
+    from orsd_gym.algos.orsd.config import ORSDConfig
+
+#: rubric_mode offline: task key -> the bundles written once for that task.
+OfflineBundles = dict[str, list[list[str]]]
+
+
+class Online:
+    """``rubric_mode: online``: every group's bundles are written from its own attempts."""
+
+    def pending(self, groups: Sequence[Group], kept: OfflineBundles) -> list[Group]:
+        """The groups the policy writes for now."""
+        return list(groups)
+
+    def shown(self, group: Group, trajs: Sequence[Trajectory]) -> list[Trajectory] | None:
+        """The attempts a proposal shows (None: the task alone)."""
+        return [trajs[i] for i in group.attempts]
+
+    def settle(
+        self, groups: Sequence[Group], written: Mapping[int, Candidates], kept: OfflineBundles
+    ) -> list[Candidates]:
+        """Each group's candidates from what was ``written`` (by group id) now, and ``kept``."""
+        return [written[group.group_id] for group in groups]
+
+
+class Offline:
+    """``rubric_mode: offline``: one proposal per task, from the task description alone, kept
+    (in ``kept``, the checkpointed `Proposer.offline_bundles`) for the task's later groups."""
+
+    def pending(self, groups: Sequence[Group], kept: OfflineBundles) -> list[Group]:
+        # One proposal per distinct task not written for yet.
+        return list({g.task_key: g for g in groups if g.task_key not in kept}.values())
+
+    def shown(self, group: Group, trajs: Sequence[Trajectory]) -> list[Trajectory] | None:
+        return None
+
+    def settle(
+        self, groups: Sequence[Group], written: Mapping[int, Candidates], kept: OfflineBundles
+    ) -> list[Candidates]:
+        task_key = {g.group_id: g.task_key for g in groups}
+        for group_id, found in written.items():
+            if found.bundles:
+                # Only usable bundles are kept: a task whose proposals all failed to parse is
+                # proposed for again the next time it comes up.
+                kept[task_key[group_id]] = [list(b) for b in found.bundles]
+        return [
+            written[g.group_id] if g.group_id in written else Candidates([list(b) for b in kept.get(g.task_key, [])])
+            for g in groups
+        ]
+
+
+MODES = {"online": Online, "offline": Offline}
 
 
 class Proposer:
@@ -28,54 +79,46 @@ class Proposer:
 
     def __init__(self, config: ORSDConfig) -> None:
         self.config = config
-        #: rubric_mode offline: task key -> bundles written once for that task.
-        self.offline_bundles: dict[str, list[list[str]]] = {}
+        self.mode = MODES[config.rubric_mode]()
+        self.offline_bundles: OfflineBundles = {}
 
-    def propose(
-        self, groups: list[GroupWork], trajs: list[Trajectory], policy: Policy, rng: np.random.Generator
-    ) -> None:
+    def propose(self, groups: Sequence[Group], view: BatchView, rng: np.random.Generator) -> list[Candidates]:
+        """Each group's candidates, in order (written now, or kept from an earlier batch)."""
+        pending = self.mode.pending(groups, self.offline_bundles)
+        written = self.write(pending, view, rng)
+        return self.mode.settle(groups, written, self.offline_bundles)
+
+    def write(self, groups: Sequence[Group], view: BatchView, rng: np.random.Generator) -> dict[int, Candidates]:
+        """Group id -> what the policy wrote for it (``num_bundles`` proposals, parsed)."""
+        if not groups:
+            return {}
         cfg = self.config
-        need: list[GroupWork] = []
-        for group in groups:
-            if cfg.rubric_mode == "offline" and group.task_key in self.offline_bundles:
-                group.bundles = [list(b) for b in self.offline_bundles[group.task_key]]
-            else:
-                need.append(group)
-        if cfg.rubric_mode == "offline":
-            # One proposal per distinct task, written from the task description alone.
-            need = list({g.task_key: g for g in need}.values())
-        if not need:
-            return
+        trajs = view.trajectories
         contexts = []
-        for group in need:
-            attempts = None if cfg.rubric_mode == "offline" else [trajs[i] for i in group.attempts]
+        for group in groups:
+            attempts = self.mode.shown(group, trajs)
             env_id = trajs[group.attempts[0]].env_id
             example = example_for(env_id, group.task, attempts[0].infos[0] if attempts and attempts[0].infos else {})
-            contexts.extend([self.context(group, attempts, example, policy)] * cfg.num_bundles)
+            contexts.extend([self.context(group, attempts, example, view.policy)] * cfg.num_bundles)
         params = SamplingParams(max_new_tokens=cfg.proposal_max_new_tokens, temperature=cfg.proposal_temperature)
         # A generator per proposal: the same proposals whether a memory budget splits the call or not.
         seeds = [int(seed) for seed in rng.integers(2**31 - 1, size=len(contexts))]
         with torch.no_grad():
-            completions = policy.generate(contexts, params, seeds=seeds)
-        for n, group in enumerate(need):
+            completions = view.policy.generate(contexts, params, seeds=seeds)
+        written = {}
+        for n, group in enumerate(groups):
             texts = [complete_lines(c) for c in completions[n * cfg.num_bundles : (n + 1) * cfg.num_bundles]]
-            env_id = trajs[group.attempts[0]].env_id
-            copies = [example.thing for example in examples_for(env_id) if example.thing]
+            copies = [example.thing for example in examples_for(trajs[group.attempts[0]].env_id) if example.thing]
             parsed = [parse_criteria(text, cfg.max_criteria, copies=copies) for text in texts]
-            group.bundles = [p for p in parsed if p]
-            group.malformed = sum(1 for p in parsed if not p)
-            group.malformed_texts = [text[:300] for text, p in zip(texts, parsed, strict=True) if not p]
-            if cfg.rubric_mode == "offline" and group.bundles:
-                # Only usable bundles are kept: a task whose proposals all failed to parse is
-                # proposed for again the next time it comes up.
-                self.offline_bundles[group.task_key] = [list(b) for b in group.bundles]
-        if cfg.rubric_mode == "offline":
-            for group in groups:
-                if not group.bundles:
-                    group.bundles = [list(b) for b in self.offline_bundles.get(group.task_key, [])]
+            written[group.group_id] = Candidates(
+                bundles=[p for p in parsed if p],
+                malformed=sum(1 for p in parsed if not p),
+                malformed_texts=[text[:300] for text, p in zip(texts, parsed, strict=True) if not p],
+            )
+        return written
 
     def context(
-        self, group: GroupWork, attempts: list[Trajectory] | None, example: WorkedExample | None, policy: Policy
+        self, group: Group, attempts: list[Trajectory] | None, example: WorkedExample | None, policy: Policy
     ) -> list[int]:
         """The rendered proposal prompt, showing fewer steps per attempt until it fits the budget."""
         cfg = self.config

@@ -9,18 +9,20 @@ import torch
 
 from orsd_gym.algos.base import PreparedBatch
 from orsd_gym.algos.orsd.alignment import credit_alignment
-from orsd_gym.algos.orsd.groups import GroupWork, knows_expert_actions, masked_deltas
+from orsd_gym.algos.orsd.groups import Judged, knows_expert_actions, masked_deltas
 from orsd_gym.rollout.trajectory import Trajectory
 
 if TYPE_CHECKING:
-    from orsd_gym.algos.orsd.algorithm import ORSDConfig
+    from orsd_gym.algos.orsd.config import ORSDConfig
 
 
 def audit_record(
-    group: GroupWork, deltas: list[torch.Tensor], trajs: list[Trajectory], iteration: int, config: ORSDConfig
+    judged: Judged, deltas: list[torch.Tensor], trajs: list[Trajectory], iteration: int, config: ORSDConfig
 ) -> dict:
     """The group's record in the audit (`groups.json`): its attempts, rewards, bundles, scores,
     selection, and where its delta went."""
+    group, found, verdict = judged.group, judged.candidates, judged.verdict
+    selected = verdict.selected
     record: dict[str, Any] = {
         "iteration": iteration,
         "group_id": group.group_id,
@@ -30,23 +32,21 @@ def audit_record(
         "attempt_indices": group.attempts,
         "rewards": group.rewards,
         "rubric_mode": config.rubric_mode,
-        "rubric_source": group.source,
-        "lent_from": group.lent_from,
-        "bundles": group.bundles,
-        "malformed_bundles": group.malformed,
-        "malformed_texts": group.malformed_texts,
-        "scores": group.scores,
-        "correlations": group.correlations,
-        "selected": group.selected,
-        "selected_rubric": group.bundles[group.selected] if group.selected is not None else None,
+        "rubric_source": config.rubric_source,
+        "lent_from": found.lent_from,
+        "bundles": found.bundles,
+        "malformed_bundles": found.malformed,
+        "malformed_texts": found.malformed_texts,
+        "scores": verdict.scores,
+        "correlations": verdict.correlations,
+        "selected": selected,
+        "selected_rubric": judged.rubric,
         "selected_correlation": (
-            group.correlations[group.selected]
-            if group.selected is not None and group.correlations is not None
-            else None
+            verdict.correlations[selected] if selected is not None and verdict.correlations is not None else None
         ),
-        "no_rubric_reason": group.reason if group.selected is None else None,
+        "no_rubric_reason": verdict.reason if selected is None else None,
     }
-    if group.selected is not None:
+    if selected is not None:
         values = masked_deltas(deltas, trajs, group.indices)
         record["delta"] = {
             "tokens": int(values.numel()),
@@ -63,19 +63,20 @@ def audit_record(
 
 
 def batch_metrics(
-    groups: list[GroupWork],
-    active: list[GroupWork],
-    deltas: list[torch.Tensor],
-    trajs: list[Trajectory],
-    config: ORSDConfig,
+    groups: list[Judged], deltas: list[torch.Tensor], trajs: list[Trajectory], config: ORSDConfig
 ) -> dict[str, float]:
     """``orsd/*`` metrics of one batch: how often a rubric was selected, how well it aligned, how
     big the deltas were and where they went."""
-    selected = [g for g in groups if g.selected is not None]
-    corrs = [g.correlations[g.selected] for g in selected if g.correlations and g.correlations[g.selected] is not None]
-    shaped = [i for g in selected for i in g.indices]
+    active = [g.candidates for g in groups if g.group.mixed]
+    selected = [g for g in groups if g.verdict.selected is not None]
+    corrs = [
+        g.verdict.correlations[g.verdict.selected]
+        for g in selected
+        if g.verdict.correlations and g.verdict.correlations[g.verdict.selected] is not None
+    ]
+    shaped = [i for g in selected for i in g.group.indices]
     values = masked_deltas(deltas, trajs, shaped)
-    proposed = sum(len(g.bundles) + g.malformed for g in active)
+    proposed = sum(len(c.bundles) + c.malformed for c in active)
     alignment = {}
     if shaped and knows_expert_actions(trajs[shaped[0]]):
         # Where delta goes, not how big it is, tells a right rubric from extra text.
@@ -93,8 +94,8 @@ def batch_metrics(
         "orsd/rubric_frac": len(selected) / len(groups),
         "orsd/mixed_group_frac": len(active) / len(groups),
         "orsd/mean_corr": float(np.mean(corrs)) if corrs else 0.0,
-        "orsd/bundles_parsed": float(sum(len(g.bundles) for g in active)),
-        "orsd/malformed_frac": sum(g.malformed for g in active) / proposed if proposed else 0.0,
+        "orsd/bundles_parsed": float(sum(len(c.bundles) for c in active)),
+        "orsd/malformed_frac": sum(c.malformed for c in active) / proposed if proposed else 0.0,
         "orsd/abs_delta_mean": float(values.abs().mean()) if values.numel() else 0.0,
         "orsd/abs_delta_max": float(values.abs().max()) if values.numel() else 0.0,
         "orsd/delta_mean": float(values.mean()) if values.numel() else 0.0,

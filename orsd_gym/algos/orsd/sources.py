@@ -12,27 +12,31 @@
 * ``file``: rubrics written by a person: ``rubric_file`` maps task keys (``info["task_key"]``,
   the keys of a run's ``task_plan.json``) or ``"*"`` to a list of criteria (one bundle) or a
   list of such lists; they go through verification and selection like proposed bundles.
+
+Each is a `Source` whose methods hold what differs between them: what it draws of the batch's
+generator first, how it proposes, and how a group's rubric is settled (the shuffled control
+lends after its own selection, then judges again).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import yaml
 
-from orsd_gym.algos.base import Peers
 from orsd_gym.algos.orsd.expert_rubric import expert_bundle_for
-from orsd_gym.algos.orsd.groups import GroupWork
+from orsd_gym.algos.orsd.groups import BatchView, Candidates, Group, Judged
+from orsd_gym.algos.orsd.judge import Judge, Scores
 from orsd_gym.errors import ConfigError
-from orsd_gym.policies.base import Policy
-from orsd_gym.rollout.trajectory import Trajectory
 
-RubricSource = Literal["policy", "expert", "shuffled", "file"]
-#: Sources whose single bundle is applied without the alignment gate (the controls).
-APPLIED_WITHOUT_SELECTION = ("expert", "shuffled")
+if TYPE_CHECKING:
+    from orsd_gym.algos.orsd.config import ORSDConfig
+    from orsd_gym.algos.orsd.proposer import Proposer
 #: Distinct tasks whose rubric a shuffled source remembers (oldest forgotten first).
 SHUFFLE_POOL_SIZE = 64
 
@@ -89,45 +93,71 @@ class ShuffledRubrics:
         return {k: list(v) for k, v in self.pool.items()}
 
 
-class ExpertRubrics:
-    """The positive control: one bundle per group restating the env expert's plan."""
+class Source(ABC):
+    """Where a group's candidate bundles come from; by default they are judged like proposals."""
+
+    def draw(self, rng: np.random.Generator) -> int:
+        """What the source draws of the batch's generator before anything else does (none)."""
+        return 0
+
+    @abstractmethod
+    def propose(self, groups: Sequence[Group], view: BatchView, rng: np.random.Generator) -> list[Candidates]:
+        """Each group's candidates, in order."""
+
+    def settle(
+        self,
+        judge: Judge,
+        groups: Sequence[Group],
+        candidates: Sequence[Candidates],
+        scores: Sequence[Scores | None],
+        view: BatchView,
+        rng: np.random.Generator,
+    ) -> list[Judged]:
+        """Each group with its candidates and the judge's verdict on them."""
+        return judge.select_each(groups, candidates, scores, rng)
+
+
+class PolicyRubrics(Source):
+    """The method: the policy writes the candidates (`orsd_gym.algos.orsd.proposer.Proposer`)."""
+
+    def __init__(self, proposer: Proposer) -> None:
+        self.proposer = proposer
+
+    def propose(self, groups: Sequence[Group], view: BatchView, rng: np.random.Generator) -> list[Candidates]:
+        return self.proposer.propose(groups, view, rng)
+
+
+class ExpertRubrics(Source):
+    """The positive control: one bundle per group restating the env expert's plan, applied."""
 
     def __init__(self, max_criteria: int) -> None:
         self.max_criteria = max_criteria
 
-    def fill(self, groups: list[GroupWork], trajs: list[Trajectory], policy: Policy, rng: np.random.Generator) -> None:
+    def propose(self, groups: Sequence[Group], view: BatchView, rng: np.random.Generator) -> list[Candidates]:
+        found = []
         for group in groups:
-            bundle = expert_bundle_for(trajs[group.attempts[0]], self.max_criteria)
-            group.bundles = [bundle] if bundle else []
-            group.reason = "" if bundle else "the expert's plan is empty"
+            bundle = expert_bundle_for(view.trajectories[group.attempts[0]], self.max_criteria)
+            found.append(
+                Candidates([bundle], applied=True) if bundle else Candidates([], reason="the expert's plan is empty")
+            )
+        return found
 
 
-class FileRubrics:
+class FileRubrics(Source):
     """A person's rubrics: the file's bundles for each group's task."""
 
     def __init__(self, table: Mapping[str, list[list[str]]]) -> None:
         self.table = table
 
-    def fill(self, groups: list[GroupWork], trajs: list[Trajectory], policy: Policy, rng: np.random.Generator) -> None:
-        for group in groups:
-            group.bundles = file_bundles(self.table, group.task_key)
+    def propose(self, groups: Sequence[Group], view: BatchView, rng: np.random.Generator) -> list[Candidates]:
+        return [Candidates(file_bundles(self.table, group.task_key)) for group in groups]
 
 
-class PolicyRubrics:
-    """The method: the policy writes the candidates (`orsd_gym.algos.orsd.proposer.Proposer`)."""
-
-    def __init__(self, proposer: Any) -> None:
-        self.proposer = proposer
-
-    def fill(self, groups: list[GroupWork], trajs: list[Trajectory], policy: Policy, rng: np.random.Generator) -> None:
-        self.proposer.propose(groups, trajs, policy, rng)
-
-
-class NoRubrics:
+class NoRubrics(Source):
     """Nothing before lending (a shuffled control of expert bundles writes none of its own)."""
 
-    def fill(self, groups: list[GroupWork], trajs: list[Trajectory], policy: Policy, rng: np.random.Generator) -> None:
-        return None
+    def propose(self, groups: Sequence[Group], view: BatchView, rng: np.random.Generator) -> list[Candidates]:
+        return [Candidates([]) for _ in groups]
 
 
 class Lending:
@@ -138,36 +168,73 @@ class Lending:
         self.max_criteria = max_criteria
         self.pool = ShuffledRubrics()
 
-    def lend(
-        self,
-        groups: list[GroupWork],
-        active: list[GroupWork],
-        trajs: list[Trajectory],
-        seed: int,
-        peers: Peers,
-    ) -> None:
-        """Replace each mixed group's bundles with one other task's (to be verified and applied).
+    def lend(self, own: Sequence[Judged], view: BatchView) -> list[Candidates]:
+        """Each mixed group's candidates replaced by one other task's (to be verified and applied).
 
         The pool first learns the rubric of every task of the batch, the other workers' groups
-        included (expert bundles: every group's, mixed or not; the policy's: each selected one),
-        in group order; each group then borrows with a generator of its own, made from worker
-        0's ``seed`` and the group's id, so N workers lend exactly what one process lends (given
-        a ``seed`` that does not depend on the worker's share of the batch)."""
+        included (expert bundles: every group's, mixed or not; the policy's: each one ``own``
+        selected), in group order; each group then borrows with a generator of its own, made
+        from worker 0's ``view.seed`` and the group's id, so N workers lend exactly what one
+        process lends (given a seed that does not depend on the worker's share of the batch)."""
         if self.from_policy:
-            found = [(g.task_key, g.bundles[g.selected]) for g in groups if g.selected is not None]
+            found = [(j.group.task_key, j.rubric) for j in own if j.rubric is not None]
         else:
-            plans = [(g.task_key, expert_bundle_for(trajs[g.attempts[0]], self.max_criteria)) for g in groups]
+            trajs = view.trajectories
+            plans = [(g.task_key, expert_bundle_for(trajs[g.attempts[0]], self.max_criteria)) for g in view.groups]
             found = [(key, bundle) for key, bundle in plans if bundle]
-        shares = peers.all_gather((found, seed))
+        shares = view.peers.all_gather((found, view.seed))
         for share, _ in shares:
             for key, bundle in share:
                 self.pool.remember(key, bundle)
         seed = shares[0][1]
-        for group in active:
-            lent = self.pool.lend(group.task_key, np.random.default_rng([seed, group.group_id]))
-            group.bundles, group.scores, group.correlations, group.selected = [], None, None, None
-            if lent is None:
-                group.reason = "no rubric of another task yet"
-                continue
-            group.lent_from, bundle = lent
-            group.bundles = [bundle]
+        lent = []
+        for settled in own:
+            group = settled.group
+            loan = self.pool.lend(group.task_key, np.random.default_rng([seed, group.group_id]))
+            if loan is None:
+                lent.append(replace(settled.candidates, bundles=[], reason="no rubric of another task yet"))
+            else:
+                key, bundle = loan
+                lent.append(replace(settled.candidates, bundles=[bundle], lent_from=key, applied=True))
+        return lent
+
+
+class ShuffledControl(Source):
+    """The negative control: each mixed group's rubric is another task's, lent after the ``own``
+    source's candidates were judged (so the policy's selected ones can be lent), then judged."""
+
+    def __init__(self, own: Source, lending: Lending) -> None:
+        self.own = own
+        self.lending = lending
+
+    def draw(self, rng: np.random.Generator) -> int:
+        # Drawn before anything consumes rng: worker 0 then draws what a single process draws,
+        # whatever its share of the batch's mixed groups (every worker lends with worker 0's).
+        return int(rng.integers(2**63 - 1))
+
+    def propose(self, groups: Sequence[Group], view: BatchView, rng: np.random.Generator) -> list[Candidates]:
+        return self.own.propose(groups, view, rng)
+
+    def settle(
+        self,
+        judge: Judge,
+        groups: Sequence[Group],
+        candidates: Sequence[Candidates],
+        scores: Sequence[Scores | None],
+        view: BatchView,
+        rng: np.random.Generator,
+    ) -> list[Judged]:
+        own = judge.select_each(groups, candidates, scores, rng)
+        lent = self.lending.lend(own, view)
+        return judge.select_each(groups, lent, judge.verify(groups, lent, view), rng)
+
+
+def make_source(config: ORSDConfig, proposer: Proposer, lending: Lending) -> Source:
+    """The ``rubric_source`` of ``config``."""
+    if config.rubric_source == "file":
+        return FileRubrics(load_rubric_file(config.rubric_file) if config.rubric_file else {})
+    if config.rubric_source == "expert":
+        return ExpertRubrics(config.max_criteria)
+    if config.rubric_source == "policy":
+        return PolicyRubrics(proposer)
+    return ShuffledControl(PolicyRubrics(proposer) if config.shuffled_from == "policy" else NoRubrics(), lending)
