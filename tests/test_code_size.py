@@ -35,7 +35,6 @@ BEING_FIXED_ELSEWHERE: set[tuple[str, str]] = {
     ("orsd_gym/train/trainer.py", "Trainer"),
     ("orsd_gym/train/update.py", "update_policy"),
     ("orsd_gym/train/update.py", "_optimise"),
-    ("orsd_gym/experiments/compare.py", "_run"),
 }
 
 
