@@ -6,6 +6,7 @@ import argparse
 
 import torch
 
+from orsd_gym.train.config import Config
 from orsd_gym.train.rundir import SAFE_CHANGES
 
 
@@ -51,4 +52,6 @@ def add_allow_change(parser: argparse.ArgumentParser, when: str) -> None:
 
 
 def allowed_changes(args: argparse.Namespace) -> list[str]:
-    return [key.strip() for key in args.allow_change.split(",") if key.strip()]
+    """The keys of ``--allow-change``, an old spelling read as its new one (`Config.renamed_keys`)."""
+    keys = [key.strip() for key in args.allow_change.split(",") if key.strip()]
+    return [Config.renamed_keys.get(key, key) for key in keys]

@@ -58,7 +58,7 @@ DEFAULT_NUM_ENVS = 16
 
 #: Rewrites an episode's prompt messages before they are rendered: called with the messages, the
 #: episode's reset info and its ``group_id``; returns the messages to use (e.g. with a rubric
-#: inserted, `orsd_gym.train.teacher`). Applied to every sample's prompt in the per-step layout.
+#: inserted, `orsd_gym.probes.teacher`). Applied to every sample's prompt in the per-step layout.
 PromptEdit = Callable[[list[dict[str, str]], dict[str, Any], int], list[dict[str, str]]]
 
 #: Where `collect` makes the envs of an env id: in this process, or in Ray actors

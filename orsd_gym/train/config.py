@@ -205,18 +205,11 @@ class OptimConfig:
     scheduler: Literal["constant", "linear", "cosine"] = "constant"
     #: Optimiser steps of linear learning-rate warm-up from 0.
     warmup_steps: int = 0
-    #: Every N iterations, measure the outcome's and ORSD's correction's share of the update's
-    #: gradient on one micro-batch with an outcome signal before updating
-    #: (`orsd_gym.train.grad_share`: two to six extra forward-backward passes, within
-    #: ``max_memory_gb``); 0: never.
-    gradient_share_every: int = 0
 
     def __post_init__(self) -> None:
         if self.lr <= 0:
             raise ValueError(f"lr must be > 0, got {self.lr}")
         _require_at_least_one(self, "epochs", "minibatches", "micro_batch_tokens")
-        if self.gradient_share_every < 0:
-            raise ValueError(f"gradient_share_every must be >= 0, got {self.gradient_share_every}")
         if self.max_memory_gb is not None and self.max_memory_gb <= 0:
             raise ValueError(f"max_memory_gb must be > 0, got {self.max_memory_gb}")
 
@@ -288,23 +281,6 @@ class EvalConfig:
     temperature: float = 0.0
     #: Episodes per evaluation task.
     group_size: int = 1
-    #: The teacher test (`orsd_gym.train.teacher`): after each evaluation, the held-out tasks
-    #: played again with each task's own rubric in context and with another task's. "expert":
-    #: the env's expert plan restated (the eval side's env needs ``expert``, e.g.
-    #: ``eval.env_kwargs.expert=reset``); "file": ``teacher_rubric_file`` (task key or "*" ->
-    #: criteria, as ORSD's rubric_file).
-    teacher_test: Literal["off", "expert", "file"] = "off"
-    #: The rubric file of ``teacher_test: file`` (YAML: task key or "*" -> list of criteria).
-    teacher_rubric_file: str | None = None
-    #: Where the rubric goes and how many criteria an expert rubric keeps (None: as the
-    #: algorithm's replay does, ORSD's rubric_placement and max_criteria; else system and 4).
-    teacher_placement: Literal["system", "user"] | None = None
-    #: Criteria an expert rubric keeps in the teacher test (None: the algorithm's max_criteria, else 4).
-    teacher_max_criteria: int | None = None
-    #: Per training group the algorithm gave a rubric, this many fresh episodes of its task with
-    #: the rubric in context and as many without, from the same seeds, paired by group
-    #: (``teacher/train_gain``; 0: off; measured, never trained on).
-    teacher_episodes: int = 0
 
     def __post_init__(self) -> None:
         if self.every < 0 or self.num_tasks < 0 or self.skip_tasks < 0:
@@ -312,12 +288,6 @@ class EvalConfig:
                 f"every, num_tasks and skip_tasks must be >= 0, got {self.every}, {self.num_tasks}, {self.skip_tasks}"
             )
         _require_at_least_one(self, "group_size")
-        if (self.teacher_test == "file") != (self.teacher_rubric_file is not None):
-            raise ValueError("teacher_rubric_file is needed by teacher_test='file' and used by it only")
-        if self.teacher_episodes < 0:
-            raise ValueError(f"teacher_episodes must be >= 0, got {self.teacher_episodes}")
-        if self.teacher_max_criteria is not None and self.teacher_max_criteria < 1:
-            raise ValueError(f"teacher_max_criteria must be >= 1, got {self.teacher_max_criteria}")
 
 
 @dataclass
@@ -334,16 +304,6 @@ class WarmStartConfig:
     batch_size: int = 4
     #: Extra env arguments that make the env report its expert's plan (ALFWorld: {expert: true}).
     env_kwargs: dict[str, Any] = field(default_factory=lambda: {"expert": True})
-    #: Share of the demonstrations played with their task's expert rubric in context (the env's
-    #: plan restated, as ORSD's positive control writes it), so the policy learns that a rubric
-    #: in context says what to do: instruction tuning for rubrics. Every arm of a comparison
-    #: gets the same warm start, so it changes the starting policy, not the comparison.
-    rubric_share: float = 0.0
-    #: Where those demonstrations carry the rubric (as ORSD's replay's rubric_placement) and
-    #: how many criteria it keeps (as ORSD's max_criteria).
-    rubric_placement: Literal["system", "user"] = "system"
-    #: Criteria the demonstrations' rubrics keep (as ORSD's max_criteria).
-    rubric_max_criteria: int = 4
     #: RL training draws no task the demonstrations were played on, so a run's training success
     #: is not inflated by rooms the policy was cloned in (the task plan lists both). False lets
     #: them share tasks (what runs recorded before this setting did).
@@ -360,9 +320,6 @@ class WarmStartConfig:
     def __post_init__(self) -> None:
         if self.episodes < 0 or self.epochs < 1 or self.batch_size < 1 or self.lr <= 0:
             raise ValueError("warm_start needs episodes >= 0, epochs >= 1, batch_size >= 1 and lr > 0")
-        if not 0.0 <= self.rubric_share <= 1.0:
-            raise ValueError(f"rubric_share is a fraction of the demonstrations, in [0, 1], got {self.rubric_share}")
-        _require_at_least_one(self, "rubric_max_criteria")
 
     def demonstration_seed(self, train_seed: int) -> int:
         """The seed the demonstrations are drawn with (`seed`, else the run's ``train_seed``)."""
@@ -401,7 +358,7 @@ class Config:
     optim: OptimConfig = field(default_factory=OptimConfig)
     #: The run: iterations, seed, run directory, checkpoints, workers.
     train: TrainConfig = field(default_factory=TrainConfig)
-    #: Held-out evaluation and the teacher test.
+    #: Held-out evaluation.
     eval: EvalConfig = field(default_factory=EvalConfig)
     #: Behaviour cloning on expert demonstrations before RL.
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
@@ -409,6 +366,24 @@ class Config:
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     #: The Ray cluster for training workers and env actors.
     ray: RayConfig = field(default_factory=RayConfig)
+    #: Settings of the run's probes, measurements beside training (`orsd_gym.probes`), per
+    #: probe: ``{teacher: {test: expert}, gradient_share: {every: 5}}``. `orsd-gym config
+    #: explain probes` lists them; a run records every probe's settings, defaults included.
+    probes: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    #: Settings that moved, old dotted key -> new: files, overrides and recorded runs written
+    #: with the old spelling load as the new one (`orsd_gym.configio.rename_keys`).
+    renamed_keys = {
+        "eval.teacher_test": "probes.teacher.test",
+        "eval.teacher_rubric_file": "probes.teacher.rubric_file",
+        "eval.teacher_placement": "probes.teacher.placement",
+        "eval.teacher_max_criteria": "probes.teacher.max_criteria",
+        "eval.teacher_episodes": "probes.teacher.episodes",
+        "optim.gradient_share_every": "probes.gradient_share.every",
+        "warm_start.rubric_share": "probes.rubric_demonstrations.share",
+        "warm_start.rubric_placement": "probes.rubric_demonstrations.placement",
+        "warm_start.rubric_max_criteria": "probes.rubric_demonstrations.max_criteria",
+    }
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
@@ -422,19 +397,8 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
 def resolve_algo(config: Config) -> Any:
     """The algorithm's typed config (e.g. `orsd_gym.algos.ORSDConfig`) from ``algo.per_algo``:
     its base algorithms' entries, then its own, merged key by key (a nested setting of its own
-    keeps the base's other keys); fails fast, naming the key, on a bad key or
-    value. Resolved once per config: later calls return the same object while ``algo``
-    is unchanged."""
-    key = (config.algo.name, repr(config.algo.per_algo))
-    cached = config.algo.__dict__.get("_resolved")
-    if cached is not None and cached[0] == key:
-        return cached[1]
-    settings = _resolve(config)
-    config.algo.__dict__["_resolved"] = (key, settings)
-    return settings
-
-
-def _resolve(config: Config) -> Any:
+    keeps the base's other keys); fails fast, naming the key, on a bad key or value. A new
+    object each call: the trainer resolves once and hands the result on."""
     algo = config.algo
     try:
         config_class = algorithm_config_class(algo.name)
@@ -492,12 +456,21 @@ def _hint(algorithm: str, key: str, names: list[str]) -> str:
     return f"; it is a setting of {', '.join(owners)}: algo.per_algo.{owners[0]}.{key}" if owners else ""
 
 
-def run_record(config: Config) -> dict[str, Any]:
+def run_record(
+    config: Config, probes: dict[str, dict[str, Any]] | None = None, algo_settings: Any = None
+) -> dict[str, Any]:
     """What a run saves as its config.yaml: the config with ``algo.per_algo`` holding only the
-    run's algorithm, resolved (every default included). Loadable as a config again."""
+    run's algorithm and ``probes`` every probe of the run (``probes``: its callbacks'
+    `orsd_gym.train.callbacks.settings_record`), resolved (every default included; a run
+    without probes records none, so that its probes' defaults stand in when it is compared).
+    Loadable as a config again. ``algo_settings``: the run's resolved algorithm settings (None:
+    resolved here)."""
     record = configio.to_dict(config)
-    settings = dataclasses.asdict(resolve_algo(config))
+    settings = dataclasses.asdict(resolve_algo(config) if algo_settings is None else algo_settings)
     record["algo"] = {"name": config.algo.name, "per_algo": {config.algo.name: settings}}
+    record["probes"] = dict(config.probes if probes is None else probes)
+    if not record["probes"]:
+        del record["probes"]
     return record
 
 
@@ -506,10 +479,12 @@ def run_record(config: Config) -> dict[str, Any]:
 PREDATING_BEHAVIOUR = {"warm_start": {"disjoint_from_training": False}}
 
 
-def default_record(algorithm: str) -> dict[str, Any]:
-    """`run_record` of the default config with ``algorithm``: what a setting a saved run does
-    not list (it predates it) is taken to be (its default, or `PREDATING_BEHAVIOUR`)."""
+def default_record(algorithm: str, probes: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """`run_record` of the default config with ``algorithm`` (and ``probes``, the defaults of
+    the run's probes): what a setting a saved run does not list (it predates it) is taken to be
+    (its default, or `PREDATING_BEHAVIOUR`)."""
     record = configio.merge(configio.to_dict(Config(algo=AlgoConfig(name=algorithm))), PREDATING_BEHAVIOUR)
     settings = dataclasses.asdict(algorithm_config_class(algorithm)())
     record["algo"] = {"name": algorithm, "per_algo": {algorithm: settings}}
+    record["probes"] = dict(probes or {})
     return record

@@ -34,9 +34,11 @@ from typing import Any
 
 import yaml
 
+from orsd_gym import configio
 from orsd_gym.errors import RunDirectoryError
 from orsd_gym.train import rundir_lock
 from orsd_gym.train.checkpoint import list_checkpoints, remove_stale_temporaries
+from orsd_gym.train.config import Config
 from orsd_gym.train.metrics import read_metrics
 from orsd_gym.writable import append_text, writable_directory, write_file
 
@@ -67,11 +69,11 @@ SAFE_CHANGES = frozenset(
         "train.threads",
         "eval.every",
         # Measurements only: they draw from seed streams of their own and train on nothing.
-        "eval.teacher_test",
-        "eval.teacher_rubric_file",
-        "eval.teacher_placement",
-        "eval.teacher_max_criteria",
-        "optim.gradient_share_every",
+        "probes.teacher.test",
+        "probes.teacher.rubric_file",
+        "probes.teacher.placement",
+        "probes.teacher.max_criteria",
+        "probes.gradient_share.every",
         "env.num_envs",
         "env.vectorization",
         "env.backend",
@@ -312,7 +314,7 @@ def config_differences(
 ) -> dict[str, tuple[Any, Any]]:
     """Dotted key -> (saved, requested) for every leaf setting that differs (`IGNORED` aside); a
     key ``saved`` lacks takes its value in ``defaults``, when given."""
-    left, right = _flatten(saved), _flatten(requested)
+    left, right = _flatten(configio.rename_keys(saved, Config.renamed_keys)), _flatten(requested)
     if defaults is not None:
         # A default stands in only where the run saved nothing under that key: a default `{}`
         # (env.kwargs) must not shadow the leaves of the mapping the run did save there.

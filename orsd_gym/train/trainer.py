@@ -32,8 +32,16 @@ from orsd_gym.allocator import return_freed_memory, trim_heap
 from orsd_gym.errors import ConfigError, DiskWriteError
 from orsd_gym.policies.models import load_policy
 from orsd_gym.profiling import phase
-from orsd_gym.rollout.collector import collect
+from orsd_gym.rollout.collector import PromptEdit, collect
 from orsd_gym.rollout.stats import rollout_stats
+from orsd_gym.rollout.trajectory import Trajectory
+from orsd_gym.train.callbacks import (
+    RunContext,
+    TrainerCallback,
+    check_sections,
+    demonstration_edit,
+    settings_record,
+)
 from orsd_gym.train.checkpoint import (
     intact_note,
     join_optimizer_state,
@@ -50,15 +58,9 @@ from orsd_gym.train.metrics import MetricsWriter, combine_worker_metrics
 from orsd_gym.train.plan import build_task_plan
 from orsd_gym.train.records import append_line, namespaced, write_audit
 from orsd_gym.train.rundir import Claim, open_run_directory, release_run_directory
-from orsd_gym.train.seeds import ALGO, EVAL, ROLLOUT, TEACHER, iteration_rng, iteration_seed
-from orsd_gym.train.teacher import (
-    rubric_context,
-    teacher_episodes,
-    teacher_test,
-    training_teacher_metrics,
-    training_teacher_pairs,
-)
+from orsd_gym.train.seeds import ALGO, EVAL, ROLLOUT, iteration_rng, iteration_seed
 from orsd_gym.train.update import (
+    UpdateStep,
     activation_budget,
     apply_optim_settings,
     check_trainable_precision,
@@ -96,6 +98,10 @@ class Trainer:
     ``train.workers`` workers (`orsd_gym.train.launch` starts them); only worker 0 prints.
     From the claim until `run` ends, the run directory is this process's: another process
     training into it is refused (`orsd_gym.train.rundir_lock`).
+
+    ``callbacks`` are the run's probes (`orsd_gym.train.callbacks`; the built-in ones:
+    `orsd_gym.probes.probes_for`): each checks the config before anything is written, and the
+    trainer calls them at fixed points of every iteration and evaluation.
     """
 
     def __init__(
@@ -108,6 +114,7 @@ class Trainer:
         live: bool | None = None,
         console: Console | None = None,
         workers: Workers = SINGLE,
+        callbacks: Sequence[TrainerCallback] = (),
     ) -> None:
         if workers.size != config.train.workers:
             raise ConfigError(
@@ -117,6 +124,10 @@ class Trainer:
         self.config = config
         self.workers = workers
         self.algo_config = resolve_algo(config)
+        self.callbacks = list(callbacks)
+        check_sections(config.probes, self.callbacks)
+        for callback in self.callbacks:
+            callback.check_config(config, self.algo_config)
         self.plan = build_task_plan(config)
         self.output_dir = Path(config.train.output_dir)
         self.resume = resume
@@ -174,13 +185,22 @@ class Trainer:
         self.metrics: MetricsWriter | None = None
         self._envs = None
         self._eval_envs = None
+        self.run_context = RunContext(
+            config=config,
+            algo_settings=self.algo_config,
+            policy=self.policy,
+            algorithm=self.algorithm,
+            workers=workers,
+            training_envs=lambda: self.envs,
+            evaluate=lambda seed, edit: self._play_evaluation(seed, edit)[0],
+        )
 
     def _claim(self, resume: bool, overwrite: bool, allow_changes: Sequence[str]) -> Claim:
         """Check the run directory, then write the run's record there (worker 0 only)."""
         return open_run_directory(
             self.output_dir,
-            run_record(self.config),
-            default_record(self.config.algo.name),
+            run_record(self.config, settings_record(self.callbacks), self.algo_config),
+            default_record(self.config.algo.name, settings_record(self.callbacks, defaults=True)),
             {"summary": self.plan.summary(), "keys": self.plan.keys()},
             resume=resume,
             overwrite=overwrite,
@@ -202,7 +222,8 @@ class Trainer:
             self.policy.load_state_dict(load_file(path))
         if cfg.warm_start.episodes > 0:
             path = Path(cfg.warm_start.path) if cfg.warm_start.path else self.output_dir / "warm_start.safetensors"
-            return ensure_warm_start(cfg, self.plan, self.policy, path)
+            edit = demonstration_edit(self.callbacks, cfg, len(self.plan.warm_start))
+            return ensure_warm_start(cfg, self.plan, self.policy, path, edit)
         return None
 
     # ------------------------------------------------------------------ envs
@@ -404,9 +425,8 @@ class Trainer:
             metrics = combine_worker_metrics([(part.metrics, n) for part, n in parts], self.algorithm.summed_metrics)
             record.update(namespaced(metrics, "algo"))
             write_audit(self.output_dir / "audit" / f"iter_{iteration + 1:06d}", batches)
-        if cfg.eval.teacher_episodes > 0:
-            view.phase(f"teacher {iteration + 1}")
-            record.update(self._training_teacher(batch, iteration))
+        for callback in self.callbacks:
+            record.update(callback.after_prepare(self.run_context, batch, iteration))
 
         view.phase(f"update {iteration + 1}")
         with phase("update") as timer:
@@ -422,9 +442,8 @@ class Trainer:
                     self.optimizer,
                     self.scheduler,
                     cfg.optim,
-                    seed=seed,
-                    iteration=iteration,
-                    workers=workers,
+                    UpdateStep(seed, iteration, workers),
+                    lambda: self._before_update(batch, iteration),
                 ) | {"skipped": 0.0, "no_model_tokens": 0.0}
             else:
                 losses = skip_update(self.scheduler, cfg.optim, len(batch.trajectories), no_model_tokens=not tokens)
@@ -434,53 +453,34 @@ class Trainer:
         record["lr"] = self.scheduler.get_last_lr()[0]
         return record
 
+    def _before_update(self, batch: PreparedBatch, iteration: int) -> dict[str, float]:
+        measured: dict[str, float] = {}
+        for callback in self.callbacks:
+            measured.update(callback.before_update(self.run_context, batch, iteration))
+        return measured
+
     def _evaluate(self, iteration: int) -> dict[str, float]:
-        """Evaluate (each worker its share of the tasks); worker 0 records and returns the result."""
+        """Evaluate (each worker its share of the tasks), then the probes; worker 0 records and
+        returns the result (``eval.jsonl``, and each probe's record in ``<section>.jsonl``)."""
         seed = iteration_seed(self.config.train.seed, iteration, EVAL)
         with phase("eval"):
-            baseline, result = evaluate(self.policy, self.eval_envs, self.plan, self.config, seed, self.workers)
-        teacher: dict[str, Any] = {}
-        if self.config.eval.teacher_test != "off":
-            with phase("teacher"):
-                found, teacher = self._teacher_test(baseline, seed, iteration)
+            baseline, result = self._play_evaluation(seed, None)
+        records = []
+        for callback in self.callbacks:
+            found, record = callback.after_evaluation(self.run_context, baseline, iteration)
             result.update(found)
+            records.append((callback.section, record))
         self._release_freed_memory()
         if not self.workers.is_main:
             return result
-        record = {"iteration": iteration, "env_steps": self.env_steps, **result}
-        append_line(self.output_dir / "eval.jsonl", record)
-        if teacher:
-            append_line(self.output_dir / "teacher.jsonl", {"iteration": iteration, **teacher})
+        append_line(self.output_dir / "eval.jsonl", {"iteration": iteration, "env_steps": self.env_steps, **result})
+        for section, record in records:
+            if record:
+                append_line(self.output_dir / f"{section}.jsonl", {"iteration": iteration, **record})
         return result
 
-    def _teacher_test(self, baseline, seed: int, iteration: int) -> tuple[dict[str, float], dict[str, Any]]:
-        """The held-out tasks replayed with their own and other tasks' rubrics (`orsd_gym.train.teacher`)."""
-        test = self.config.eval
-
-        def play(edit):
-            return evaluate(self.policy, self.eval_envs, self.plan, self.config, seed, self.workers, edit)[0]
-
-        return teacher_test(
-            play,
-            baseline,
-            rubric_context(test, self.algo_config),
-            test.teacher_test,
-            seed=iteration_seed(self.config.train.seed, iteration, TEACHER),
-            rubric_file=test.teacher_rubric_file,
-            broadcast=lambda value: self.workers.all_gather(value)[0],
-        )
-
-    def _training_teacher(self, batch: PreparedBatch, iteration: int) -> dict[str, float]:
-        """Fresh episodes of each shaped group's task with its rubric in context and without it,
-        paired by group (each worker its own groups; worker 0 gets the metrics)."""
-        cfg = self.config
-        play = teacher_episodes(self.envs, self.policy, cfg, iteration_seed(cfg.train.seed, iteration, TEACHER))
-        with phase("teacher"):
-            pairs = training_teacher_pairs(
-                play, batch.trajectories, batch.audit, rubric_context(cfg.eval, self.algo_config)
-            )
-        everyone = self.workers.gather(pairs)
-        return training_teacher_metrics([p for part in everyone for p in part]) if everyone is not None else {}
+    def _play_evaluation(self, seed: int, edit: PromptEdit | None) -> tuple[list[Trajectory], dict[str, float]]:
+        return evaluate(self.policy, self.eval_envs, self.plan, self.config, seed, self.workers, edit)
 
     def _release_freed_memory(self) -> None:
         """Hand the heap's free pages back between phases (`orsd_gym.allocator.trim_heap`)."""
