@@ -11,7 +11,6 @@ import pytest
 from orsd_gym import configio
 from orsd_gym.confighelp import field_help
 from orsd_gym.errors import ConfigError
-from orsd_gym.train import config as train_config
 from orsd_gym.train.config import Config, EnvConfig, WarmStartConfig, load_config, resolve_algo, run_record
 
 

@@ -7,11 +7,11 @@ import pytest
 pytest.importorskip("textworld")
 
 from orsd_gym.policies.models import load_policy  # noqa: E402
-from orsd_gym.train.config import load_config  # noqa: E402
-from orsd_gym.train.plan import build_task_plan  # noqa: E402
 from orsd_gym.probes import probes_for  # noqa: E402
 from orsd_gym.probes.teacher import RubricContext  # noqa: E402
 from orsd_gym.train.callbacks import demonstration_edit  # noqa: E402
+from orsd_gym.train.config import load_config  # noqa: E402
+from orsd_gym.train.plan import build_task_plan  # noqa: E402
 from orsd_gym.train.warm_start import clone, collect_demonstrations, ensure_warm_start  # noqa: E402
 
 EASY_ALFWORLD = [

@@ -134,10 +134,10 @@ def test_a_webshop_warm_start_teaches_reading_the_plan_half_its_demonstrations_c
     episodes show their goal's plan, restated by the env's own presentation (the query, the
     product, its options, buying), in the system prompt of every step; the others show none."""
     from orsd_gym.policies.models import load_policy
-    from orsd_gym.train.config import load_config
-    from orsd_gym.train.plan import build_task_plan
     from orsd_gym.probes import probes_for
     from orsd_gym.train.callbacks import demonstration_edit
+    from orsd_gym.train.config import load_config
+    from orsd_gym.train.plan import build_task_plan
     from orsd_gym.train.warm_start import collect_demonstrations
 
     overrides = ["model.name=tiny-random", "warm_start.episodes=2", "probes.rubric_demonstrations.share=0.5"]
