@@ -468,9 +468,9 @@ def run_record(
     record = configio.to_dict(config)
     settings = dataclasses.asdict(resolve_algo(config) if algo_settings is None else algo_settings)
     record["algo"] = {"name": config.algo.name, "per_algo": {config.algo.name: settings}}
-    record["probes"] = dict(config.probes if probes is None else probes)
-    if not record["probes"]:
-        del record["probes"]
+    record.pop("probes")
+    if config.probes if probes is None else probes:
+        record["probes"] = dict(config.probes if probes is None else probes)
     return record
 
 
@@ -486,5 +486,7 @@ def default_record(algorithm: str, probes: dict[str, dict[str, Any]] | None = No
     record = configio.merge(configio.to_dict(Config(algo=AlgoConfig(name=algorithm))), PREDATING_BEHAVIOUR)
     settings = dataclasses.asdict(algorithm_config_class(algorithm)())
     record["algo"] = {"name": algorithm, "per_algo": {algorithm: settings}}
-    record["probes"] = dict(probes or {})
+    record.pop("probes")
+    if probes:
+        record["probes"] = dict(probes)
     return record
