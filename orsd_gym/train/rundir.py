@@ -349,3 +349,21 @@ def _plain(value: Any) -> Any:
     if isinstance(value, Mapping):
         return {k: _plain(v) for k, v in value.items()}
     return value
+
+
+def resume_message(output_dir: Path, start: int, iterations: int, changes: Sequence[Mapping[str, Any]]) -> str:
+    """What a resumed run says: where it resumes (or that it has finished), with its allowed changes."""
+    listed = ", ".join(f"{c['key']} {c['old']!r} -> {c['new']!r}" for c in changes)
+    where = f"resumed {output_dir} at iteration {start} of {iterations}"
+    if start >= iterations:
+        where = f"{output_dir} already finished all {iterations} iterations; nothing to train"
+    return where + (f" (allowed changes: {listed})" if listed else "")
+
+
+def last_evaluation(output_dir: Path) -> dict[str, float] | None:
+    """The latest evaluation a run recorded (what a finished run reports when resumed)."""
+    path = output_dir / "eval.jsonl"
+    lines = path.read_text(encoding="utf-8").splitlines() if path.is_file() else []
+    if not lines:
+        return None
+    return {k: v for k, v in json.loads(lines[-1]).items() if k.startswith("eval/")}

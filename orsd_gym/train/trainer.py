@@ -30,6 +30,7 @@ from orsd_gym import configio, progress
 from orsd_gym.algos.base import PreparedBatch, make_algorithm
 from orsd_gym.allocator import return_freed_memory, trim_heap
 from orsd_gym.errors import ConfigError, DiskWriteError
+from orsd_gym.policies.base import Policy
 from orsd_gym.policies.models import load_policy
 from orsd_gym.profiling import phase
 from orsd_gym.rollout.collector import PromptEdit, collect
@@ -44,31 +45,32 @@ from orsd_gym.train.callbacks import (
 )
 from orsd_gym.train.checkpoint import (
     intact_note,
-    join_optimizer_state,
     latest_good_checkpoint,
-    save_checkpoint,
-    split_optimizer_state,
 )
-from orsd_gym.train.config import Config, default_record, resolve_algo, run_record
+from orsd_gym.train.config import Config, TrainConfig, default_record, resolve_algo, run_record
 from orsd_gym.train.console import LiveView
-from orsd_gym.train.envs import close_envs, make_envs
+from orsd_gym.train.envs import RunEnvs
 from orsd_gym.train.evaluate import evaluate
 from orsd_gym.train.frozen import frozen_models
 from orsd_gym.train.metrics import MetricsWriter, combine_worker_metrics
-from orsd_gym.train.plan import build_task_plan
+from orsd_gym.train.plan import TaskPlan, build_task_plan
 from orsd_gym.train.records import append_line, namespaced, write_audit
-from orsd_gym.train.rundir import Claim, open_run_directory, release_run_directory
+from orsd_gym.train.rundir import (
+    Claim,
+    last_evaluation,
+    open_run_directory,
+    release_run_directory,
+    resume_message,
+)
 from orsd_gym.train.seeds import ALGO, EVAL, ROLLOUT, iteration_rng, iteration_seed
+from orsd_gym.train.training_state import TrainingState
 from orsd_gym.train.update import (
     UpdateStep,
     activation_budget,
-    apply_optim_settings,
     check_trainable_precision,
-    has_model_tokens,
     make_optimizer,
     memory_left,
-    skip_update,
-    update_policy,
+    update_or_skip,
 )
 from orsd_gym.train.warm_start import ensure_warm_start
 from orsd_gym.train.workers import SINGLE, Workers
@@ -147,28 +149,13 @@ class Trainer:
         config, workers = self.config, self.workers
         for warning in self.plan.warnings:
             self.console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
-        if config.train.threads:
-            torch.set_num_threads(config.train.threads)
-        if config.train.return_freed_memory:
-            return_freed_memory()
-        if config.train.deterministic:
-            torch.use_deterministic_algorithms(True, warn_only=True)
-
+        set_up_process(config.train)
         model = config.model
         device = workers.device(model.device)
-        self.policy = load_policy(
-            model.name,
-            device=device,
-            dtype=model.dtype,
-            lora=model.lora.settings(),
-            seed=config.train.seed,
-            token_budget=config.optim.micro_batch_tokens,
-            gradient_checkpointing=model.gradient_checkpointing,
-            inference_dtype=model.inference_dtype,
-            update_dtype=model.update_dtype,
+        self.policy = load_run_policy(config, device)
+        self.warm_start_metrics = workers.on_main(
+            lambda: start_weights(config, self.plan, self.policy, self.output_dir, self.callbacks)
         )
-        check_trainable_precision(self.policy)
-        self.warm_start_metrics = workers.on_main(self._start_weights)
         self._release_freed_memory()  # the warm start's gradients and AdamW moments
         # Every replica starts from worker 0's weights (its warm start), as DDP's do.
         workers.broadcast_parameters(self.policy.trainable_parameters())
@@ -179,19 +166,19 @@ class Trainer:
         self.policy.generation_budget = memory_left(self.policy, self.algorithm, config.optim)
         steps = config.train.iterations * config.optim.epochs * config.optim.minibatches
         self.optimizer, self.scheduler = make_optimizer(self.policy, config.optim, steps)
+        self.state = TrainingState(self.policy, self.optimizer, self.scheduler, self.algorithm)
 
         self.env_steps = 0
         self.resumed_from: int | None = None
         self.metrics: MetricsWriter | None = None
-        self._envs = None
-        self._eval_envs = None
+        self.envs = RunEnvs(config, self.plan, workers)
         self.run_context = RunContext(
             config=config,
             algo_settings=self.algo_config,
             policy=self.policy,
             algorithm=self.algorithm,
             workers=workers,
-            training_envs=lambda: self.envs,
+            training_envs=lambda: self.envs.train,
             evaluate=lambda seed, edit: self._play_evaluation(seed, edit)[0],
         )
 
@@ -212,45 +199,6 @@ class Trainer:
         if self.workers.is_main:
             release_run_directory(self.output_dir)
 
-    def _start_weights(self) -> dict[str, float] | None:
-        """Start from ``model.init_weights`` and/or a (cached) behaviour-cloning warm start."""
-        cfg = self.config
-        if cfg.model.init_weights:
-            path = Path(cfg.model.init_weights)
-            if not path.is_file():
-                raise FileNotFoundError(f"model.init_weights={str(path)!r} does not exist")
-            self.policy.load_state_dict(load_file(path))
-        if cfg.warm_start.episodes > 0:
-            path = Path(cfg.warm_start.path) if cfg.warm_start.path else self.output_dir / "warm_start.safetensors"
-            edit = demonstration_edit(self.callbacks, cfg, len(self.plan.warm_start))
-            return ensure_warm_start(cfg, self.plan, self.policy, path, edit)
-        return None
-
-    # ------------------------------------------------------------------ envs
-    @property
-    def envs(self):
-        """The training side's envs (enough for this worker's share of an iteration's groups)."""
-        if self._envs is None:
-            rollout = self.config.rollout
-            episodes = self.workers.most(rollout.tasks_per_iteration) * rollout.group_size
-            self._envs = make_envs(self.config.env, self.plan.train_kwargs, self.config.env.num_envs or episodes)
-        return self._envs
-
-    @property
-    def eval_envs(self):
-        """The evaluation side's envs (the training envs when both sides are one env)."""
-        if self.plan.eval_kwargs == self.plan.train_kwargs:
-            return self.envs
-        if self._eval_envs is None:
-            episodes = max(1, self.workers.most(self.config.eval.num_tasks)) * self.config.eval.group_size
-            self._eval_envs = make_envs(self.config.env, self.plan.eval_kwargs, self.config.env.num_envs or episodes)
-        return self._eval_envs
-
-    def _close_envs(self) -> None:
-        close_envs(self._envs)
-        close_envs(self._eval_envs)
-        self._envs = self._eval_envs = None
-
     # ------------------------------------------------------------------ resume and checkpoints
     def _restore(self) -> int:
         """Load the newest good checkpoint (worker 0 reads it, every worker loads it); return the
@@ -260,14 +208,7 @@ class Trainer:
             if self.workers.is_main:
                 self.metrics = self._open_metrics(None)
             return 0
-        state = checkpoint.state
-        self.policy.load_state_dict(checkpoint.policy_state)
-        self.optimizer.load_state_dict(join_optimizer_state(checkpoint.optimizer_tensors, state["optimizer"]))
-        self.scheduler.load_state_dict(state["scheduler"])
-        apply_optim_settings(self.optimizer, self.scheduler, self.config.optim)
-        self.algorithm.load_state_dict(state.get("algorithm", {}))
-        rng = state.get("worker_torch_rng", [state["torch_rng"]])[self.workers.rank]
-        torch.set_rng_state(torch.tensor(rng, dtype=torch.uint8))
+        state = self.state.restore(checkpoint, self.config.optim, self.workers.rank)
         self.env_steps = int(state["env_steps"])
         if self.workers.is_main:
             self.metrics = self._open_metrics(int(state["metrics_offset"]))
@@ -281,29 +222,10 @@ class Trainer:
     def _checkpoint(self, iteration: int) -> None:
         """Worker 0 writes the checkpoint; the replicas are identical but for their RNG states."""
         rngs = self.workers.gather(torch.get_rng_state().tolist())
-        if not self.workers.is_main:
-            return
-        tensors, optimizer_rest = split_optimizer_state(self.optimizer.state_dict())
-        state = {
-            "iteration": iteration,
-            "config": configio.to_dict(self.config),
-            "optimizer": optimizer_rest,
-            "scheduler": self.scheduler.state_dict(),
-            "algorithm": self.algorithm.state_dict(),
-            "torch_rng": rngs[0],
-            "env_steps": self.env_steps,
-            "metrics_offset": self.metrics.offset,
-        }
-        if self.workers.size > 1:
-            state["worker_torch_rng"] = rngs
-        save_checkpoint(
-            self.output_dir / "checkpoints",
-            iteration,
-            policy_state=self.policy.state_dict(),
-            optimizer_tensors=tensors,
-            state=state,
-            keep=self.config.train.keep_checkpoints,
-        )
+        if self.workers.is_main:
+            run = {"config": configio.to_dict(self.config), "env_steps": self.env_steps}
+            run["metrics_offset"] = self.metrics.offset
+            self.state.save(self.output_dir / "checkpoints", iteration, rngs, run, self.config.train.keep_checkpoints)
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> RunSummary:
@@ -319,7 +241,8 @@ class Trainer:
         main = self.workers.is_main
         start = self._restore() if self.resume else 0
         if self.resume:
-            self.console.print(self._resume_message(start), highlight=False)
+            message = resume_message(self.output_dir, start, self.config.train.iterations, self.claim.changes)
+            self.console.print(message, highlight=False)
         if self.metrics is None and main:
             self.metrics = self._open_metrics(None)
             (self.output_dir / "audit").mkdir(exist_ok=True)
@@ -359,27 +282,12 @@ class Trainer:
         finally:
             if self.metrics is not None:
                 self.metrics.close()
-            self._close_envs()
+            self.envs.close()
         if not main:
             return RunSummary(self.output_dir, cfg.train.iterations, None, self.resumed_from, self.workers.rank)
-        return RunSummary(self.output_dir, cfg.train.iterations, final_eval or self._last_eval(), self.resumed_from)
-
-    def _resume_message(self, start: int) -> str:
-        changes = ", ".join(f"{c['key']} {c['old']!r} -> {c['new']!r}" for c in self.claim.changes)
-        where = f"resumed {self.output_dir} at iteration {start} of {self.config.train.iterations}"
-        if start >= self.config.train.iterations:
-            where = (
-                f"{self.output_dir} already finished all {self.config.train.iterations} iterations; nothing to train"
-            )
-        return where + (f" (allowed changes: {changes})" if changes else "")
-
-    def _last_eval(self) -> dict[str, float] | None:
-        """The latest evaluation the run recorded (what a finished run reports when resumed)."""
-        path = self.output_dir / "eval.jsonl"
-        lines = path.read_text(encoding="utf-8").splitlines() if path.is_file() else []
-        if not lines:
-            return None
-        return {k: v for k, v in json.loads(lines[-1]).items() if k.startswith("eval/")}
+        return RunSummary(
+            self.output_dir, cfg.train.iterations, final_eval or last_evaluation(self.output_dir), self.resumed_from
+        )
 
     def _iteration(self, iteration: int, view: LiveView) -> dict[str, Any]:
         """One iteration of this worker; the record to log (worker 0's; the others' is partial)."""
@@ -394,7 +302,7 @@ class Trainer:
         mine = workers.share(len(groups))
         with phase("rollout") as timer:
             trajectories = collect(
-                self.envs,
+                self.envs.train,
                 self.policy,
                 [groups[g].spec for g in mine],
                 group_size=cfg.rollout.group_size,
@@ -430,23 +338,15 @@ class Trainer:
 
         view.phase(f"update {iteration + 1}")
         with phase("update") as timer:
-            # Decided together: every worker takes part in an update's all-reduces, or none does.
-            # A batch without a model token has no loss to differentiate, whatever the algorithm
-            # (and a worker without one could not take part in the others' all-reduces).
-            tokens = all(workers.all_gather(has_model_tokens(batch)))
-            if tokens and any(workers.all_gather(self.algorithm.has_learning_signal(batch))):
-                losses = update_policy(
-                    self.policy,
-                    self.algorithm,
-                    batch,
-                    self.optimizer,
-                    self.scheduler,
-                    cfg.optim,
-                    UpdateStep(seed, iteration, workers),
-                    lambda: self._before_update(batch, iteration),
-                ) | {"skipped": 0.0, "no_model_tokens": 0.0}
-            else:
-                losses = skip_update(self.scheduler, cfg.optim, len(batch.trajectories), no_model_tokens=not tokens)
+            losses = update_or_skip(
+                self.policy,
+                self.algorithm,
+                batch,
+                (self.optimizer, self.scheduler),
+                cfg.optim,
+                UpdateStep(seed, iteration, workers),
+                lambda: self._before_update(batch, iteration),
+            )
         self._release_freed_memory()  # the update's gradients and activations
         record.update(namespaced(losses, "loss"))
         record["time/update"] = timer.seconds
@@ -480,9 +380,54 @@ class Trainer:
         return result
 
     def _play_evaluation(self, seed: int, edit: PromptEdit | None) -> tuple[list[Trajectory], dict[str, float]]:
-        return evaluate(self.policy, self.eval_envs, self.plan, self.config, seed, self.workers, edit)
+        return evaluate(self.policy, self.envs.eval, self.plan, self.config, seed, self.workers, edit)
 
     def _release_freed_memory(self) -> None:
         """Hand the heap's free pages back between phases (`orsd_gym.allocator.trim_heap`)."""
         if self.config.train.return_freed_memory:
             trim_heap()
+
+
+def set_up_process(train: TrainConfig) -> None:
+    """This process's torch threads, memory return and deterministic kernels, as ``train`` says."""
+    if train.threads:
+        torch.set_num_threads(train.threads)
+    if train.return_freed_memory:
+        return_freed_memory()
+    if train.deterministic:
+        torch.use_deterministic_algorithms(True, warn_only=True)
+
+
+def load_run_policy(config: Config, device: str) -> Policy:
+    """The policy ``config.model`` describes, on ``device``, with trainable weights it can update."""
+    model = config.model
+    policy = load_policy(
+        model.name,
+        device=device,
+        dtype=model.dtype,
+        lora=model.lora.settings(),
+        seed=config.train.seed,
+        token_budget=config.optim.micro_batch_tokens,
+        gradient_checkpointing=model.gradient_checkpointing,
+        inference_dtype=model.inference_dtype,
+        update_dtype=model.update_dtype,
+    )
+    check_trainable_precision(policy)
+    return policy
+
+
+def start_weights(
+    config: Config, plan: TaskPlan, policy: Policy, output_dir: Path, callbacks: Sequence[TrainerCallback]
+) -> dict[str, float] | None:
+    """Start from ``model.init_weights`` and/or a (cached) behaviour-cloning warm start whose
+    demonstrations the probes may edit; returns the warm start's metrics (None: none)."""
+    if config.model.init_weights:
+        path = Path(config.model.init_weights)
+        if not path.is_file():
+            raise FileNotFoundError(f"model.init_weights={str(path)!r} does not exist")
+        policy.load_state_dict(load_file(path))
+    if config.warm_start.episodes > 0:
+        path = Path(config.warm_start.path) if config.warm_start.path else output_dir / "warm_start.safetensors"
+        edit = demonstration_edit(callbacks, config, len(plan.warm_start))
+        return ensure_warm_start(config, plan, policy, path, edit)
+    return None

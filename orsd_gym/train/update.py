@@ -74,6 +74,30 @@ def update_policy(
         policy.set_training(False)
 
 
+def update_or_skip(
+    policy: Policy,
+    algorithm: Algorithm,
+    batch: PreparedBatch,
+    stepper: tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler],
+    optim: OptimConfig,
+    step: UpdateStep,
+    before_steps: Callable[[], dict[str, float]] | None = None,
+) -> dict[str, float]:
+    """`update_policy` where some worker's batch has a learning signal and every worker's a
+    model token, else `skip_update`; with ``skipped`` and ``no_model_tokens`` either way.
+
+    Decided together: every worker takes part in an update's all-reduces, or none does. A batch
+    without a model token has no loss to differentiate, whatever the algorithm (and a worker
+    without one could not take part in the others' all-reduces)."""
+    optimizer, scheduler = stepper
+    workers = step.workers
+    tokens = all(workers.all_gather(has_model_tokens(batch)))
+    if tokens and any(workers.all_gather(algorithm.has_learning_signal(batch))):
+        losses = update_policy(policy, algorithm, batch, optimizer, scheduler, optim, step, before_steps)
+        return losses | {"skipped": 0.0, "no_model_tokens": 0.0}
+    return skip_update(scheduler, optim, len(batch.trajectories), no_model_tokens=not tokens)
+
+
 def has_model_tokens(batch: PreparedBatch) -> bool:
     """Whether any sample of ``batch`` holds a token the model sampled (one it can learn on):
     none does when every episode ran out of budget before the model's first turn."""
