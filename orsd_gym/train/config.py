@@ -130,10 +130,6 @@ class RolloutConfig(RolloutOptions):
     tasks_per_iteration: int = 4
     #: Attempts per task in a training iteration: the group GRPO's advantage compares.
     group_size: int = 4
-    #: Model turns per training episode (None: until the env ends it).
-    max_turns: int | None = 10
-    #: Tokens per training sample (the prompt, every turn and every observation it holds).
-    max_episode_tokens: int = 2048
     #: Tokens the model may write per turn.
     max_new_tokens: int = 48
     #: Sampling temperature of training rollouts. Each sample records it (`Trajectory.temperature`)
