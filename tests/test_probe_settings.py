@@ -139,3 +139,24 @@ def test_config_explain_shows_the_probes_help():
     listed = explain(config, "probes")
     for key in ("probes.teacher.test", "probes.teacher.episodes", "probes.rubric_demonstrations.share"):
         assert key in listed
+
+
+def test_a_resume_may_switch_a_measurement_on_when_allowed_under_either_spelling():
+    import argparse
+
+    from orsd_gym.cli.options import allowed_changes
+    from orsd_gym.train.callbacks import safe_changes
+
+    safe = safe_changes(probes_for(load_config(None, [])))
+    assert {"probes.teacher.test", "probes.gradient_share.every"} <= safe
+    assert "probes.teacher.episodes" not in safe and "probes.rubric_demonstrations.share" not in safe
+    old = argparse.Namespace(allow_change="eval.teacher_test,optim.gradient_share_every,train.iterations")
+    assert allowed_changes(old) == ["probes.teacher.test", "probes.gradient_share.every", "train.iterations"]
+
+
+def test_every_probe_setting_has_help():
+    from orsd_gym.confighelp import missing_help
+    from orsd_gym.probes import PROBES
+
+    for probe in PROBES:
+        assert missing_help(probe.Settings) == [], probe.section

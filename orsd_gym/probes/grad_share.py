@@ -305,6 +305,7 @@ class GradientShareProbe(TrainerCallback):
 
     section = "gradient_share"
     Settings = GradientShareSettings
+    safe_changes = frozenset({"every"})
     settings: GradientShareSettings
 
     def before_update(self, run: RunContext, batch: PreparedBatch, iteration: int) -> dict[str, Any]:

@@ -303,6 +303,7 @@ class TeacherProbe(TrainerCallback):
 
     section = "teacher"
     Settings = TeacherSettings
+    safe_changes = frozenset({"test", "rubric_file", "placement", "max_criteria"})
     settings: TeacherSettings
 
     def check_config(self, config: Any, algo_settings: Any) -> None:

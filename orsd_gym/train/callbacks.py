@@ -57,6 +57,9 @@ class TrainerCallback:
 
     section: ClassVar[str | None] = None
     Settings: ClassVar[type | None] = None
+    #: Settings of the section a resumed run may change when the caller allows it: those that
+    #: only measure (their own seed streams, nothing trained on them).
+    safe_changes: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, settings: Any = None) -> None:
         self.settings = settings if settings is not None or self.Settings is None else self.Settings()
@@ -92,6 +95,11 @@ def settings_record(callbacks: Sequence[TrainerCallback], *, defaults: bool = Fa
         for cb in callbacks
         if cb.section is not None
     }
+
+
+def safe_changes(callbacks: Sequence[TrainerCallback]) -> frozenset[str]:
+    """The dotted keys (``probes.<section>.<setting>``) the callbacks let a resumed run change."""
+    return frozenset(f"probes.{cb.section}.{name}" for cb in callbacks if cb.section for name in cb.safe_changes)
 
 
 def demonstration_edit(callbacks: Sequence[TrainerCallback], config: Config, count: int) -> PromptEdit | None:

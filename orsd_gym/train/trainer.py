@@ -41,6 +41,7 @@ from orsd_gym.train.callbacks import (
     TrainerCallback,
     check_sections,
     demonstration_edit,
+    safe_changes,
     settings_record,
 )
 from orsd_gym.train.checkpoint import (
@@ -56,6 +57,7 @@ from orsd_gym.train.metrics import MetricsWriter, combine_worker_metrics
 from orsd_gym.train.plan import TaskPlan, build_task_plan
 from orsd_gym.train.records import append_line, namespaced, write_audit
 from orsd_gym.train.rundir import (
+    SAFE_CHANGES,
     Claim,
     last_evaluation,
     open_run_directory,
@@ -191,7 +193,7 @@ class Trainer:
             {"summary": self.plan.summary(), "keys": self.plan.keys()},
             resume=resume,
             overwrite=overwrite,
-            allow_changes=allow_changes,
+            changes=(allow_changes, SAFE_CHANGES | safe_changes(self.callbacks)),
             say=lambda text: self.console.out(text, highlight=False),  # unwrapped: paths stay whole
         )
 
