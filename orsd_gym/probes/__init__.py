@@ -12,6 +12,8 @@ hands them to the trainer (`orsd_gym.train.launch.train(config, callbacks=...)`,
 * ``rubric_demonstrations`` (`orsd_gym.probes.rubric_demonstrations`): a share of the warm
   start's demonstrations with their task's expert rubric in context.
 
+A comparison's report reads their measures as ORSD's chain of links (`orsd_gym.probes.chain`).
+
 An algorithm adds its own with `register_probe` (see the README's "Contributing").
 """
 

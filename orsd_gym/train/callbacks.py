@@ -83,7 +83,8 @@ class TrainerCallback:
         self, run: RunContext, baseline: Sequence[Trajectory], iteration: int
     ) -> tuple[dict[str, float], dict[str, Any]]:
         """After an evaluation (``baseline``: its episodes on worker 0, none elsewhere): metrics
-        for ``eval.jsonl`` and a record for ``<section>.jsonl`` (empty: none)."""
+        for ``eval.jsonl`` and a record for ``<section>.jsonl`` (without a section: the class
+        name; empty: none)."""
         return {}, {}
 
 

@@ -371,7 +371,7 @@ class Trainer:
         for callback in self.callbacks:
             found, record = callback.after_evaluation(self.run_context, baseline, iteration)
             result.update(found)
-            records.append((callback.section, record))
+            records.append((callback.section or type(callback).__name__, record))
         self._release_freed_memory()
         if not self.workers.is_main:
             return result
