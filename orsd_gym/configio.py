@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import sys
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -31,6 +32,9 @@ def from_dict(cls: type[T], data: Mapping[str, Any] | None, *, prefix: str = "")
     data = dict(data or {})
     if not isinstance(data, dict):
         raise ConfigError(f"{prefix or 'config'}: expected a mapping, got {type(data).__name__}")
+    renamed = getattr(cls, "renamed_keys", {})
+    if renamed:
+        data = rename_keys(data, renamed, note=True)
     hints = get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls) if f.init]
     # Every mistake of the config at once, not one per attempt.
@@ -57,6 +61,37 @@ def from_dict(cls: type[T], data: Mapping[str, Any] | None, *, prefix: str = "")
         if isinstance(error, ConfigError):
             raise
         raise ConfigError(f"{prefix.rstrip('.') or cls.__name__}: {error}") from error
+
+
+def rename_keys(data: Mapping[str, Any], renamed: Mapping[str, str], *, note: bool = False) -> dict[str, Any]:
+    """``data`` with each setting under an old dotted key (``renamed``: old -> new) moved to its
+    new key (a value the new key already has wins); ``note`` says so on stderr, one line. A
+    class's ``renamed_keys`` are applied by `from_dict`: files, overrides and recorded runs
+    written with an old spelling load as the new one."""
+    data = copy_tree(data)
+    moved = []
+    for old, new in renamed.items():
+        *path, name = old.split(".")
+        node = data
+        for part in path:
+            node = node.get(part) if isinstance(node, Mapping) else None
+        if not isinstance(node, dict) or name not in node:
+            continue
+        value = node.pop(name)
+        *path, name = new.split(".")
+        target = data
+        for part in path:
+            target = target.setdefault(part, {})
+        target.setdefault(name, value)
+        moved.append(f"{old} -> {new}")
+    if moved and note:
+        print(f"note: settings renamed, read as the new spelling: {', '.join(moved)}", file=sys.stderr)
+    return data
+
+
+def copy_tree(data: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of a nested mapping whose mappings can be changed without changing ``data``'s."""
+    return {key: copy_tree(value) if isinstance(value, Mapping) else value for key, value in data.items()}
 
 
 def config_errors(problems: Sequence[str]) -> ConfigError:

@@ -105,11 +105,43 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_the_walker_sees_function_level_imports_and_package_inits():
     graph = import_graph()
     assert "orsd_gym.envs.lookup" in graph["orsd_gym.envs.presentation"]
-    # validation imports the teacher test inside a function
-    assert "orsd_gym.train.teacher" in graph["orsd_gym.train.validation"]
+    # load_policy imports the transformers backend inside the function
+    assert "orsd_gym.policies.hf" in graph["orsd_gym.policies.models"]
     # the CLI's train command imports orsd_gym.train.*, which runs orsd_gym/train/__init__.py
     assert "orsd_gym.train" in graph["orsd_gym.cli.train"]
 
 
 def test_no_run_time_import_cycle():
     assert cycles(import_graph()) == []
+
+
+def _reaches(graph: dict[str, set[str]], start: str) -> set[str]:
+    """Every module ``start`` imports, directly or through others."""
+    seen, todo = set(), [start]
+    while todo:
+        for target in graph[todo.pop()]:
+            if target not in seen:
+                seen.add(target)
+                todo.append(target)
+    return seen
+
+
+def test_the_training_frame_imports_no_algorithm_internals_and_no_probe():
+    """``train/`` knows algorithms by their interface (`orsd_gym.algos.base`) and probes by the
+    callback protocol (`orsd_gym.train.callbacks`): ORSD's internals and the probes sit
+    elsewhere (the probes above ``train/``, below ``experiments/``)."""
+    graph = import_graph()
+    frame = [module for module in graph if module == "orsd_gym.train" or module.startswith("orsd_gym.train.")]
+    for module in frame:
+        wrong = sorted(
+            target
+            for target in graph[module]
+            if target.startswith(("orsd_gym.algos.orsd", "orsd_gym.probes", "orsd_gym.experiments"))
+        )
+        assert not wrong, f"{module} imports {wrong}"
+    probes = [module for module in graph if module.startswith("orsd_gym.probes")]
+    assert "orsd_gym.probes.teacher" in probes and "orsd_gym.probes.grad_share" in probes
+    for module in probes:
+        assert not any(target.startswith("orsd_gym.experiments") for target in graph[module]), module
+    # ... above the frame: they build on its callback protocol.
+    assert "orsd_gym.train.callbacks" in _reaches(graph, "orsd_gym.probes")

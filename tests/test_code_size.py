@@ -26,17 +26,6 @@ MAX_PARAMETERS = 8
 #: Where the env classes whose constructors are set aside live.
 ENVS = PACKAGE / "envs"
 
-#: Violations another change of the same issue is removing (ORSD's instruments moving out of
-#: ``train/``), as ``(path, name)`` with ``name`` "" for a whole module: still reported, not
-#: failed. Each entry must still be a violation, so the list is emptied once that change is in.
-BEING_FIXED_ELSEWHERE: set[tuple[str, str]] = {
-    ("orsd_gym/train/config.py", ""),
-    ("orsd_gym/train/trainer.py", ""),
-    ("orsd_gym/train/trainer.py", "Trainer"),
-    ("orsd_gym/train/update.py", "update_policy"),
-    ("orsd_gym/train/update.py", "_optimise"),
-}
-
 
 @dataclass(frozen=True)
 class Violation:
@@ -123,10 +112,7 @@ def package_violations() -> list[Violation]:
 
 def test_the_package_keeps_its_size_promises():
     found = package_violations()
-    broken = [v for v in found if (v.path, v.name) not in BEING_FIXED_ELSEWHERE]
-    assert not broken, "size promises broken (path:line name size):\n" + "\n".join(map(str, broken))
-    fixed = BEING_FIXED_ELSEWHERE - {(v.path, v.name) for v in found}
-    assert not fixed, f"no longer too large, take them out of BEING_FIXED_ELSEWHERE: {sorted(fixed)}"
+    assert not found, "size promises broken (path:line name size):\n" + "\n".join(map(str, found))
 
 
 def test_the_measure_finds_each_kind_of_violation():

@@ -18,10 +18,43 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 from orsd_gym.algos.base import PreparedBatch, make_algorithm
 from orsd_gym.policies.models import load_policy
 from orsd_gym.policies.settings import PolicySettings
-from orsd_gym.train import grad_share
-from orsd_gym.train.config import OptimConfig
-from orsd_gym.train.grad_share import gradient_copy_bytes, gradient_share, sample_micro_batch
-from orsd_gym.train.update import RUNTIME_ALLOWANCE_GB, activation_budget, make_optimizer, update_policy
+from orsd_gym.probes import grad_share
+from orsd_gym.probes.grad_share import (
+    GradientShareProbe,
+    GradientShareSettings,
+    gradient_copy_bytes,
+    gradient_share,
+    sample_micro_batch,
+)
+from orsd_gym.train.callbacks import RunContext
+from orsd_gym.train.config import Config, OptimConfig
+from orsd_gym.train.update import RUNTIME_ALLOWANCE_GB, UpdateStep, activation_budget, make_optimizer, update_policy
+from orsd_gym.train.workers import SINGLE
+
+
+def _measured_update(policy, algorithm, batch, optim, iteration=0, stepper=None):
+    """One update with the gradient-share probe due (``every: 1``), as the trainer runs it."""
+    optimizer, scheduler = stepper or make_optimizer(policy, optim, total_steps=1)
+    run = RunContext(
+        config=Config(optim=optim),
+        algo_settings=algorithm.config,
+        policy=policy,
+        algorithm=algorithm,
+        workers=SINGLE,
+        training_envs=lambda: None,
+        evaluate=lambda seed, edit: [],
+    )
+    probe = GradientShareProbe(GradientShareSettings(every=1))
+    return update_policy(
+        policy,
+        algorithm,
+        batch,
+        optimizer,
+        scheduler,
+        optim,
+        UpdateStep(seed=0, iteration=iteration),
+        lambda: probe.before_update(run, batch, iteration),
+    )
 
 
 def _flat_gradient(policy, trajectories, advantages, tokens):
@@ -189,12 +222,9 @@ def test_the_share_stays_within_the_update_memory_budget(policy, template, monke
         # The memory budget whose activation budget is `budget_bytes` (what the update holds
         # besides activations, plus the runtime allowance).
         state = int(1e9) - activation_budget(policy, grpo, OptimConfig(max_memory_gb=RUNTIME_ALLOWANCE_GB + 1.0))
-        optim = OptimConfig(
-            lr=1e-9, gradient_share_every=1, max_memory_gb=RUNTIME_ALLOWANCE_GB + (budget_bytes + state + 64) / 1e9
-        )
-        optimizer, scheduler = make_optimizer(policy, optim, total_steps=1)
+        optim = OptimConfig(lr=1e-9, max_memory_gb=RUNTIME_ALLOWANCE_GB + (budget_bytes + state + 64) / 1e9)
         measured.clear()
-        metrics = update_policy(policy, grpo, batch, optimizer, scheduler, optim, seed=0, iteration=0)
+        metrics = _measured_update(policy, grpo, batch, optim)
         return metrics, activation_budget(policy, grpo, optim)
 
     # Room for the three rows, not for a gradient copy beside them: the passes hold none.
@@ -255,10 +285,10 @@ def groups(policy):
 
 
 def _share_updates(policy, batch, iterations):
-    optim = OptimConfig(lr=1e-9, gradient_share_every=1, micro_batch_tokens=80)  # about one row each
-    optimizer, scheduler = make_optimizer(policy, optim, total_steps=len(iterations))
+    optim = OptimConfig(lr=1e-9, micro_batch_tokens=80)  # about one row each
+    stepper = make_optimizer(policy, optim, total_steps=len(iterations))
     grpo = make_algorithm("grpo")
-    return [update_policy(policy, grpo, batch, optimizer, scheduler, optim, seed=0, iteration=i) for i in iterations]
+    return [_measured_update(policy, grpo, batch, optim, i, stepper) for i in iterations]
 
 
 def test_the_measured_micro_batch_carries_the_outcome_and_the_correction(policy, groups):

@@ -211,7 +211,7 @@ def test_every_rubric_source_runs_end_to_end(tmp_path):
             "algo.per_algo={grpo: {reward: {outcome: return}}, orsd: {min_corr: -1.0, num_bundles: 2, "
             "proposal_max_new_tokens: 16, delta_scale: normalized, beta: 0.5}}",
             "train.iterations=1",
-            "optim.gradient_share_every=1",
+            "probes.gradient_share.every=1",
             "eval.every=0",
             "eval.num_tasks=1",
             "train.threads=1",

@@ -23,7 +23,7 @@ from orsd_gym.rollout.trajectory import load_jsonl
 from orsd_gym.train.config import OptimConfig, load_config
 from orsd_gym.train.metrics import read_metrics
 from orsd_gym.train.trainer import Trainer
-from orsd_gym.train.update import RUNTIME_ALLOWANCE_GB, make_optimizer, memory_left, update_policy
+from orsd_gym.train.update import RUNTIME_ALLOWANCE_GB, UpdateStep, make_optimizer, memory_left, update_policy
 
 VOWEL_RUN = [
     "model.name=tiny-random",
@@ -241,7 +241,7 @@ def test_update_metrics_are_per_token_whatever_the_micro_batches(policy):
         optim = OptimConfig(lr=1e-12, micro_batch_tokens=budget)
         optimizer, scheduler = make_optimizer(copy, optim, total_steps=1)
         batch = grpo.prepare(samples, copy, iteration=0, rng=None)
-        results.append(update_policy(copy, grpo, batch, optimizer, scheduler, optim, seed=0, iteration=0))
+        results.append(update_policy(copy, grpo, batch, optimizer, scheduler, optim, UpdateStep(seed=0, iteration=0)))
     split, whole = results
     assert split["tokens"] == whole["tokens"] == sum(sum(t.loss_mask) for t in samples)
     for key in ("loss/pg", "policy/clip_frac", "policy/approx_kl_old"):
@@ -278,7 +278,7 @@ def test_the_update_packs_rows_of_similar_length_into_a_micro_batch(policy, monk
     optim = OptimConfig(lr=1e-12, micro_batch_tokens=2 * max(lengths))
     optimizer, scheduler = make_optimizer(copy, optim, total_steps=1)
     batch = grpo.prepare(samples, copy, iteration=0, rng=None)
-    update_policy(copy, grpo, batch, optimizer, scheduler, optim, seed=0, iteration=0)
+    update_policy(copy, grpo, batch, optimizer, scheduler, optim, UpdateStep(seed=0, iteration=0))
     [order] = orders
     assert sorted(order) == list(range(len(samples)))
     assert [lengths[i] for i in order] == sorted(lengths, reverse=True)

@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from orsd_gym.experiments.chain import link_verdict
 from orsd_gym.experiments.compare import RunResult
 from orsd_gym.experiments.power import minimum_detectable_difference
 from orsd_gym.experiments.report import effect_statement, print_summary, rewrite_report, summarise, write_report
+from orsd_gym.probes.chain import link_verdict
 from orsd_gym.train.config import Config
 from orsd_gym.train.stats import mean_ci, t_quantile
 

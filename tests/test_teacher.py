@@ -14,11 +14,8 @@ from resumable_env import ENV_ID as VOWELS
 
 from orsd_gym.errors import ConfigError
 from orsd_gym.policies.base import Completion, SamplingParams
-from orsd_gym.rollout.collector import TaskSpec, collect
-from orsd_gym.rollout.options import RolloutOptions
-from orsd_gym.train.config import load_config
-from orsd_gym.train.stats import mean_ci
-from orsd_gym.train.teacher import (
+from orsd_gym.probes import check_probes, probes_for
+from orsd_gym.probes.teacher import (
     RubricContext,
     other_tasks_rubrics,
     paired_gain,
@@ -28,6 +25,10 @@ from orsd_gym.train.teacher import (
     training_teacher_metrics,
     training_teacher_pairs,
 )
+from orsd_gym.rollout.collector import TaskSpec, collect
+from orsd_gym.rollout.options import RolloutOptions
+from orsd_gym.train.config import load_config
+from orsd_gym.train.stats import mean_ci
 from orsd_gym.train.trainer import Trainer
 
 GUESS = "orsd_gym/GuessNumber-v0"
@@ -84,15 +85,15 @@ def test_a_run_with_the_teacher_test_logs_it_each_evaluation(tmp_path):
             "train.iterations=1",
             "eval.every=1",
             "eval.num_tasks=3",
-            "eval.teacher_test=file",
-            f"eval.teacher_rubric_file={rubric_file}",
+            "probes.teacher.test=file",
+            f"probes.teacher.rubric_file={rubric_file}",
             "train.threads=1",
             "logging.live=false",
             "logging.tensorboard=false",
             f"train.output_dir={tmp_path / 'run'}",
         ],
     )
-    Trainer(config).run()
+    Trainer(config, callbacks=probes_for(config)).run()
     lines = [json.loads(line) for line in (tmp_path / "run" / "teacher.jsonl").read_text().splitlines()]
     assert [line["iteration"] for line in lines] == [0, 1]
     for line in lines:
@@ -152,7 +153,6 @@ def test_train_gain_of_a_rubric_that_changes_nothing_is_zero(policy, p, bias_sig
             "rollout.group_size=4",
             "rollout.max_turns=1",
             "rollout.action_format=last_line",
-            "eval.teacher_episodes=4",
         ],
     )
     sampling = config.rollout.sampling(config.rollout.temperature, 3)
@@ -164,7 +164,7 @@ def test_train_gain_of_a_rubric_that_changes_nothing_is_zero(policy, p, bias_sig
     played = []
 
     def play(firsts, edit):
-        played.append(teacher_episodes(VOWELS, blind, config, seed=11)(firsts, edit))
+        played.append(teacher_episodes(VOWELS, blind, config, episodes=4, seed=11)(firsts, edit))
         return played[-1]
 
     pairs = training_teacher_pairs(play, attempts, audit, RubricContext())
@@ -189,14 +189,25 @@ def test_train_gain_of_a_rubric_that_changes_nothing_is_zero(policy, p, bias_sig
 
 def test_the_expert_teacher_test_needs_the_expert_plan_on_the_eval_side():
     with pytest.raises(ConfigError, match="eval.env_kwargs.expert=reset"):
-        load_config("demo", ["eval.teacher_test=expert", "eval.env_kwargs={expert: false}"])
-    with pytest.raises(ConfigError, match="eval.teacher_rubric_file"):
-        load_config(None, ["eval.teacher_test=file", "eval.teacher_rubric_file=/nonexistent.yaml"])
-    load_config("demo", ["eval.teacher_test=expert", "eval.env_kwargs={expert: reset}"])
+        check_probes(load_config("demo", ["probes.teacher.test=expert", "eval.env_kwargs={expert: false}"]))
+    # The error names the setting that named the file (not ORSD's rubric_file).
+    with pytest.raises(ConfigError, match=r"^probes.teacher.rubric_file: '/nonexistent.yaml' does not exist"):
+        check_probes(load_config(None, ["probes.teacher.test=file", "probes.teacher.rubric_file=/nonexistent.yaml"]))
+    check_probes(load_config("demo", ["probes.teacher.test=expert", "eval.env_kwargs={expert: reset}"]))
+
+
+def test_a_trainer_refuses_probe_settings_no_callback_of_its_reads(tmp_path):
+    config = load_config(None, ["model.name=tiny-random", "probes.teacher.test=expert"])
+    with pytest.raises(ConfigError, match=r"probes.teacher: no probe of this run reads it"):
+        Trainer(config)
+    with pytest.raises(
+        ConfigError, match=r"probes.teachr: no probe of this run reads it \(did you mean 'probes.teacher'"
+    ):
+        probes_for(load_config(None, ["probes.teachr.test=expert"]))
 
 
 def test_training_teacher_episodes_change_no_training_number(tmp_path):
-    """ORSD with the expert's rubric, with and without ``eval.teacher_episodes``: the same
+    """ORSD with the expert's rubric, with and without ``probes.teacher.episodes``: the same
     metrics but the teacher's own (its episodes draw from a seed stream of their own)."""
     runs = {}
     for episodes in (0, 2):
@@ -217,14 +228,14 @@ def test_training_teacher_episodes_change_no_training_number(tmp_path):
                 "train.iterations=2",
                 "eval.every=0",
                 "eval.num_tasks=1",
-                f"eval.teacher_episodes={episodes}",
+                f"probes.teacher.episodes={episodes}",
                 "train.threads=1",
                 "logging.live=false",
                 "logging.tensorboard=false",
                 f"train.output_dir={tmp_path / str(episodes)}",
             ],
         )
-        Trainer(config).run()
+        Trainer(config, callbacks=probes_for(config)).run()
         lines = (tmp_path / str(episodes) / "metrics.jsonl").read_text().splitlines()
         runs[episodes] = [{k: v for k, v in json.loads(line).items() if not k.startswith("time/")} for line in lines]
     measured = [{k: v for k, v in r.items() if not k.startswith("teacher/")} for r in runs[2]]

@@ -11,7 +11,6 @@ import pytest
 from orsd_gym import configio
 from orsd_gym.confighelp import field_help
 from orsd_gym.errors import ConfigError
-from orsd_gym.train import config as train_config
 from orsd_gym.train.config import Config, EnvConfig, WarmStartConfig, load_config, resolve_algo, run_record
 
 
@@ -138,17 +137,24 @@ def test_an_algorithm_setting_has_one_spelling():
     assert resolve_algo(configio.from_dict(Config, record)) == settings
 
 
-def test_orsd_gym_train_resolves_the_algorithm_settings_once(tmp_path, monkeypatch):
+def test_orsd_gym_train_resolves_the_algorithm_settings_once_to_check_and_once_to_train(tmp_path, monkeypatch):
+    """No memo: the loader resolves to check, the trainer resolves once and hands its settings
+    on (the run's record, the frozen models, the algorithm, the probes)."""
     from orsd_gym.cli import main
 
     calls = []
-    resolve = train_config._resolve
-    monkeypatch.setattr(train_config, "_resolve", lambda config: calls.append(1) or resolve(config))
+    build = configio.from_dict
+
+    def counted(cls, data, *, prefix=""):
+        calls.extend([prefix] if prefix.startswith("algo.per_algo.") else [])
+        return build(cls, data, prefix=prefix)
+
+    monkeypatch.setattr(configio, "from_dict", counted)
     overrides = ["model.name=tiny-random", "env.id=orsd_gym/GuessNumber-v0", "env.kwargs={}", "algo.name=orsd"]
     overrides += ["train.iterations=0", "eval.env_kwargs={}", "eval.num_tasks=2", "warm_start.env_kwargs={}"]
     overrides += ["eval.every=0", "warm_start.episodes=0", "logging.live=false", f"train.output_dir={tmp_path / 'run'}"]
     assert main(["train", "--config", "demo", *overrides]) == 0
-    assert len(calls) == 1
+    assert calls == ["algo.per_algo.orsd.", "algo.per_algo.orsd."]
 
 
 def test_every_config_mistake_is_reported_at_once():

@@ -7,9 +7,11 @@ import pytest
 pytest.importorskip("textworld")
 
 from orsd_gym.policies.models import load_policy  # noqa: E402
+from orsd_gym.probes import probes_for  # noqa: E402
+from orsd_gym.probes.teacher import RubricContext  # noqa: E402
+from orsd_gym.train.callbacks import demonstration_edit  # noqa: E402
 from orsd_gym.train.config import load_config  # noqa: E402
 from orsd_gym.train.plan import build_task_plan  # noqa: E402
-from orsd_gym.train.teacher import RubricContext  # noqa: E402
 from orsd_gym.train.warm_start import clone, collect_demonstrations, ensure_warm_start  # noqa: E402
 
 EASY_ALFWORLD = [
@@ -72,8 +74,11 @@ def test_warm_start_is_cached_and_reused(tmp_path, setup):
 
 def test_a_rubric_share_of_the_demonstrations_carries_the_expert_rubric(setup):
     _, _, policy, plain = setup
-    config = load_config(None, [*EASY_ALFWORLD, "warm_start.rubric_share=0.67", "warm_start.rubric_placement=user"])
-    demos = collect_demonstrations(config, build_task_plan(config), policy)
+    rubrics = ["probes.rubric_demonstrations.share=0.67", "probes.rubric_demonstrations.placement=user"]
+    config = load_config(None, [*EASY_ALFWORLD, *rubrics])
+    plan = build_task_plan(config)
+    edit = demonstration_edit(probes_for(config), config, len(plan.warm_start))
+    demos = collect_demonstrations(config, plan, policy, edit)
     marked = [d for d in demos if d.extra.get("privileged_prompt")]
     assert len(marked) == 2 and all(d.success for d in demos)
     for demo in marked:

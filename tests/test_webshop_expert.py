@@ -130,17 +130,21 @@ def test_expert_on_official_goals_buys_the_goal_when_listed(data_dir):
 
 
 def test_a_webshop_warm_start_teaches_reading_the_plan_half_its_demonstrations_carry_it():
-    """``warm_start.rubric_share`` on WebShop (as ALFWorld's rubric-48): half the expert's
+    """``probes.rubric_demonstrations.share`` on WebShop (as ALFWorld's rubric-48): half the expert's
     episodes show their goal's plan, restated by the env's own presentation (the query, the
     product, its options, buying), in the system prompt of every step; the others show none."""
     from orsd_gym.policies.models import load_policy
+    from orsd_gym.probes import probes_for
+    from orsd_gym.train.callbacks import demonstration_edit
     from orsd_gym.train.config import load_config
     from orsd_gym.train.plan import build_task_plan
     from orsd_gym.train.warm_start import collect_demonstrations
 
-    overrides = ["model.name=tiny-random", "warm_start.episodes=2", "warm_start.rubric_share=0.5"]
-    config = load_config("webshop_cpu", [*overrides, "warm_start.rubric_placement=system"])
-    demos = collect_demonstrations(config, build_task_plan(config), load_policy("tiny-random"))
+    overrides = ["model.name=tiny-random", "warm_start.episodes=2", "probes.rubric_demonstrations.share=0.5"]
+    config = load_config("webshop_cpu", [*overrides, "probes.rubric_demonstrations.placement=system"])
+    plan = build_task_plan(config)
+    edit = demonstration_edit(probes_for(config), config, len(plan.warm_start))
+    demos = collect_demonstrations(config, plan, load_policy("tiny-random"), edit)
     assert all(d.success for d in demos) and {d.step for d in demos} >= {0, 1, 2, 3}
     by_episode: dict[int, list] = {}
     for demo in demos:

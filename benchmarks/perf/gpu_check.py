@@ -28,7 +28,7 @@ from orsd_gym.policies.base import SamplingParams
 from orsd_gym.policies.models import load_policy
 from orsd_gym.rollout import EnvSetup, RolloutOptions, collect
 from orsd_gym.train.config import OptimConfig
-from orsd_gym.train.update import make_optimizer, update_policy
+from orsd_gym.train.update import UpdateStep, make_optimizer, update_policy
 
 ENV = "orsd_gym/GuessNumber-v0"
 
@@ -114,7 +114,7 @@ def run(device_name: str, dtype: str) -> dict:
         prepare = time.perf_counter() - started
         optimizer, scheduler = make_optimizer(policy, optim, total_steps=1)
         started = time.perf_counter()
-        losses = update_policy(policy, algorithm, batch, optimizer, scheduler, optim, seed=0, iteration=0)
+        losses = update_policy(policy, algorithm, batch, optimizer, scheduler, optim, UpdateStep(seed=0, iteration=0))
         synchronize(device)
         update = time.perf_counter() - started
         after = policy.trainable_parameters()

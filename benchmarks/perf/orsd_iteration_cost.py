@@ -34,7 +34,7 @@ from orsd_gym.policies.settings import PolicySettings
 from orsd_gym.rollout import RolloutOptions
 from orsd_gym.rollout.collector import collect
 from orsd_gym.train.config import OptimConfig
-from orsd_gym.train.update import make_optimizer, update_policy
+from orsd_gym.train.update import UpdateStep, make_optimizer, update_policy
 
 
 @dataclass
@@ -81,7 +81,7 @@ def run_iteration(algo, policy, trajectories, optim: OptimConfig, rng_seed: int)
     prepare = time.perf_counter() - started
     started = time.perf_counter()
     optimizer, scheduler = make_optimizer(policy, optim, total_steps=1)
-    update_policy(policy, algo, batch, optimizer, scheduler, optim, seed=rng_seed, iteration=0)
+    update_policy(policy, algo, batch, optimizer, scheduler, optim, UpdateStep(seed=rng_seed, iteration=0))
     update = time.perf_counter() - started
     phases = {k: v for k, v in batch.metrics.items() if k.startswith("time/")}
     metrics = {k: v for k, v in batch.metrics.items() if k.startswith("orsd/")}

@@ -58,7 +58,7 @@ def main() -> int:
                     trainer = Trainer(config)
                 if args.evaluations == 1:
                     with profiling.phase("eval"):
-                        evaluate(trainer.policy, trainer.eval_envs, trainer.plan, config, seed=0)
+                        evaluate(trainer.policy, trainer.envs.eval, trainer.plan, config, seed=0)
                 trainer.run()
             except KeyboardInterrupt:
                 interrupted = True

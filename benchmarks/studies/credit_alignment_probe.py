@@ -33,7 +33,9 @@ from orsd_gym.algos.orsd.expert_rubric import expert_bundle_for
 from orsd_gym.algos.orsd.replay import replay_deltas
 from orsd_gym.algos.orsd.rubrics import format_rubric
 from orsd_gym.policies.models import load_policy
+from orsd_gym.probes import probes_for
 from orsd_gym.rollout.collector import collect
+from orsd_gym.train.callbacks import demonstration_edit
 from orsd_gym.train.config import Config
 from orsd_gym.train.envs import close_envs, make_envs
 from orsd_gym.train.plan import build_task_plan
@@ -72,7 +74,8 @@ def main() -> int:
     config = configio.load(Config, "demo", [*STUDY, *args.overrides])
     plan = build_task_plan(config)
     policy = load_policy(config.model.name)
-    ensure_warm_start(config, plan, policy, Path(args.warm_start))
+    edit = demonstration_edit(probes_for(config), config, len(plan.warm_start))
+    ensure_warm_start(config, plan, policy, Path(args.warm_start), edit)
     tasks = [task.spec for iteration in plan.train for task in iteration][: args.tasks]
     envs = make_envs(config.env, configio.merge(plan.train_kwargs, {"expert": True}), 6)
     started = time.perf_counter()

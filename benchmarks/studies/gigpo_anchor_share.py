@@ -41,8 +41,10 @@ from orsd_gym.algos.grpo import episode_groups
 from orsd_gym.envs.presentation import state_key_for
 from orsd_gym.policies.models import load_policy
 from orsd_gym.policies.settings import PolicySettings
+from orsd_gym.probes import probes_for
 from orsd_gym.rollout.collector import collect
 from orsd_gym.rollout.trajectory import Trajectory, save_jsonl
+from orsd_gym.train.callbacks import demonstration_edit
 from orsd_gym.train.config import load_config, resolve_algo
 from orsd_gym.train.envs import close_envs, make_envs
 from orsd_gym.train.plan import build_task_plan
@@ -73,7 +75,8 @@ def play(config: Any, iterations: int, out: Path) -> tuple[list[Trajectory], Any
     )
     warm = None
     if config.warm_start.episodes > 0:
-        warm = ensure_warm_start(config, plan, policy, out / "warm_start.safetensors")
+        edit = demonstration_edit(probes_for(config), config, len(plan.warm_start))
+        warm = ensure_warm_start(config, plan, policy, out / "warm_start.safetensors", edit)
     rollout = config.rollout
     envs = make_envs(config.env, plan.train_kwargs, rollout.tasks_per_iteration * rollout.group_size)
     trajectories: list[Trajectory] = []

@@ -55,9 +55,9 @@ STUDY = [
     "env.max_episode_steps=8",
     # Evaluation reads the planner's plan at reset only: the teacher test's expert rubrics.
     "eval.env_kwargs={expert: reset}",
-    "eval.teacher_test=expert",
-    "eval.teacher_max_criteria=3",  # as the ORSD arms' max_criteria
-    "optim.gradient_share_every=1",
+    "probes.teacher.test=expert",
+    "probes.teacher.max_criteria=3",  # as the ORSD arms' max_criteria
+    "probes.gradient_share.every=1",
     "rollout.max_turns=8",
     "rollout.tasks_per_iteration=4",
     "rollout.group_size=4",
@@ -86,10 +86,10 @@ SETTINGS = {
     "plain-12": [],
     "rubric-48": [
         "warm_start.episodes=48",
-        "warm_start.rubric_share=0.5",
-        "warm_start.rubric_placement=system",
-        "warm_start.rubric_max_criteria=3",
-        "eval.teacher_placement=system",
+        "probes.rubric_demonstrations.share=0.5",
+        "probes.rubric_demonstrations.placement=system",
+        "probes.rubric_demonstrations.max_criteria=3",
+        "probes.teacher.placement=system",
         "algo.per_algo.orsd={num_bundles: 2, max_criteria: 3, proposal_max_new_tokens: 64, rubric_placement: system, "
         "beta: 0.5, delta_scale: bounded, correction_bound: 0.5}",
         "train.iterations=6",

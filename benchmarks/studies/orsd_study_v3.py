@@ -101,9 +101,9 @@ V3 = Design(
     {
         SETTING: [
             "warm_start.episodes=48",
-            "warm_start.rubric_share=0.5",
-            f"warm_start.rubric_placement={PLACEMENT}",
-            "warm_start.rubric_max_criteria=3",
+            "probes.rubric_demonstrations.share=0.5",
+            f"probes.rubric_demonstrations.placement={PLACEMENT}",
+            "probes.rubric_demonstrations.max_criteria=3",
         ]
     },
 )

@@ -44,7 +44,9 @@ from orsd_gym.algos.orsd.rubrics import parse_criteria, proposal_messages, rende
 from orsd_gym.algos.orsd.selection import spearman
 from orsd_gym.algos.orsd.verifier import Judgement, Verifier
 from orsd_gym.policies.models import load_policy
+from orsd_gym.probes import probes_for
 from orsd_gym.rollout.trajectory import load_jsonl, save_jsonl
+from orsd_gym.train.callbacks import demonstration_edit
 from orsd_gym.train.config import load_config, resolve_algo
 from orsd_gym.train.plan import build_task_plan
 from orsd_gym.train.warm_start import ensure_warm_start
@@ -206,7 +208,9 @@ def main() -> None:
     config = load_config("demo", ["algo.name=orsd", *args.overrides])
     policy = load_policy(config.model.name)
     started = time.perf_counter()
-    ensure_warm_start(config, build_task_plan(config), policy, args.warm_start)
+    plan = build_task_plan(config)
+    edit = demonstration_edit(probes_for(config), config, len(plan.warm_start))
+    ensure_warm_start(config, plan, policy, args.warm_start, edit)
     if args.rollouts.is_file():
         trajectories = load_jsonl(args.rollouts)
     else:

@@ -28,7 +28,7 @@ Settings (SmolLM2-135M-Instruct, the study's generated ALFWorld rooms):
 * ``zero-shot``: the model as shipped;
 * ``plain-N``: cloned on N expert demonstrations (the first study's warm start is plain-12);
 * ``rubric-N``: cloned on the same N demonstrations, half of them with their task's expert
-  rubric in context (``warm_start.rubric_share=0.5``) in the placement under test, so the
+  rubric in context (``probes.rubric_demonstrations.share=0.5``) in the placement under test, so the
   policy can learn that a rubric tells it what to do; plain-N is its control.
 
     python benchmarks/studies/teacher_gate.py --settings zero-shot,plain-12,plain-48,rubric-48 --seeds 0 \\
@@ -64,8 +64,9 @@ from orsd_study import EVAL_TASKS, V2, Design, head_commit
 
 from orsd_gym import configio
 from orsd_gym.cli import run_reporting_errors
+from orsd_gym.probes import probes_for
+from orsd_gym.probes.teacher import paired_gain
 from orsd_gym.train.config import Config
-from orsd_gym.train.teacher import paired_gain
 from orsd_gym.train.trainer import Trainer
 
 PLACEMENTS = ("system", "user")
@@ -129,9 +130,9 @@ def setting_overrides(cell: Cell, runs: Path, design: Design = V2, warm_start: P
         "train.iterations=0",
         f"train.seed={cell.seed}",  # the warm start's demonstrations and their order
         "eval.env_kwargs={expert: reset}",  # the expert rubric is the planner's plan at reset
-        "eval.teacher_test=expert",
-        f"eval.teacher_placement={cell.placement}",
-        "eval.teacher_max_criteria=3",  # the study's ORSD arms' max_criteria
+        "probes.teacher.test=expert",
+        f"probes.teacher.placement={cell.placement}",
+        "probes.teacher.max_criteria=3",  # the study's ORSD arms' max_criteria
         "logging.live=false",
         f"train.output_dir={runs / cell.name.replace('/', '-')}",
     ]
@@ -145,9 +146,9 @@ def setting_overrides(cell: Cell, runs: Path, design: Design = V2, warm_start: P
     return [
         *overrides,
         f"warm_start.episodes={size}",
-        f"warm_start.rubric_share={share}",
-        f"warm_start.rubric_placement={cell.placement}",
-        "warm_start.rubric_max_criteria=3",
+        f"probes.rubric_demonstrations.share={share}",
+        f"probes.rubric_demonstrations.placement={cell.placement}",
+        "probes.rubric_demonstrations.max_criteria=3",
         f"warm_start.path={warm_start or runs / 'warm_start' / f'{cache}-seed{cell.seed}.safetensors'}",
     ]
 
@@ -155,7 +156,7 @@ def setting_overrides(cell: Cell, runs: Path, design: Design = V2, warm_start: P
 def gate_cell(overrides: list[str], preset: str = V2.preset) -> dict:
     """Run the cell's evaluation and teacher test; its ``teacher/*`` numbers and per-task record."""
     config = configio.load(Config, preset, overrides)
-    summary = Trainer(config, overwrite=True, live=False).run()
+    summary = Trainer(config, overwrite=True, live=False, callbacks=probes_for(config)).run()
     record = json.loads((summary.output_dir / "teacher.jsonl").read_text().splitlines()[-1])
     metrics = {k: v for k, v in (summary.final_eval or {}).items() if k.startswith("teacher/")}
     return {"metrics": metrics, "success": record["success"], "rubrics": record["rubrics"]}

@@ -13,7 +13,8 @@ import yaml
 from orsd_gym.algos.base import algorithm_config_class
 from orsd_gym.confighelp import describe, explain_field
 from orsd_gym.errors import ConfigError, UnknownAlgorithmError
-from orsd_gym.train.config import Config, load_config, resolve_algo, run_record
+from orsd_gym.probes import probes_for, run_records
+from orsd_gym.train.config import Config, load_config, resolve_algo
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,7 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     explain = actions.add_parser(
         "explain",
         help="what a setting means, its type, default and value (a section: each of its settings)",
-        description="e.g. `orsd-gym config explain optim.lr`, `... explain eval`, `... explain algo.per_algo.orsd`",
+        description="e.g. `orsd-gym config explain optim.lr`, `... explain eval`, `... explain algo.per_algo.orsd`, "
+        "`... explain probes`",
     )
     explain.add_argument("key", help="a dotted setting or section, e.g. optim.lr, eval, algo.per_algo.orsd.beta")
     for action in (show, explain):
@@ -39,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "explain":
         print(explain(config, args.key))
         return 0
-    print(yaml.safe_dump(run_record(config), sort_keys=False), end="")
+    print(yaml.safe_dump(run_records(config)[0], sort_keys=False), end="")
     return 0
 
 
@@ -50,6 +52,8 @@ def explain(config: Config, key: str) -> str:
     parts = key.split(".") if key else []
     while parts:
         name = parts.pop(0)
+        if cls is Config and name == "probes":
+            return _explain_probes(config, parts, key)
         if cls is type(config.algo) and name == "per_algo":
             if not parts:
                 return describe(type(config.algo), config.algo, "algo.")
@@ -70,6 +74,23 @@ def explain(config: Config, key: str) -> str:
         cls, value = type(field_value), field_value
         walked.append(name)
     return describe(cls, value, ".".join(walked) + "." if walked else "")
+
+
+def _explain_probes(config: Config, parts: list[str], key: str) -> str:
+    """``probes``: every probe's settings; ``probes.<section>``: one probe's; then one setting."""
+    sections = {probe.section: probe.settings for probe in probes_for(config) if probe.section is not None}
+    if not parts:
+        return "\n".join(describe(type(value), value, f"probes.{name}.") for name, value in sections.items())
+    section = parts.pop(0)
+    if section not in sections:
+        raise ConfigError(f"{key}: no probe reads probes.{section}; probes: {', '.join(sections)}")
+    value = sections[section]
+    if not parts:
+        return describe(type(value), value, f"probes.{section}.")
+    names = [f.name for f in dataclasses.fields(value)]
+    if parts[0] not in names or len(parts) > 1:
+        raise ConfigError(f"{key}: probes.{section} has no setting {'.'.join(parts)!r}; it has {', '.join(names)}")
+    return explain_field(type(value), parts[0], getattr(value, parts[0]), key)
 
 
 def _algorithm_settings(config: Config, algorithm: str) -> Any:

@@ -6,6 +6,9 @@ import argparse
 
 import torch
 
+from orsd_gym.probes import probes_for
+from orsd_gym.train.callbacks import safe_changes
+from orsd_gym.train.config import Config
 from orsd_gym.train.rundir import SAFE_CHANGES
 
 
@@ -46,9 +49,12 @@ def add_allow_change(parser: argparse.ArgumentParser, when: str) -> None:
         "--allow-change",
         default="",
         metavar="KEY[,KEY]",
-        help=f"{when}: settings that may differ from a run's (one of {', '.join(sorted(SAFE_CHANGES))})",
+        help=f"{when}: settings that may differ from a run's (one of {', '.join(sorted(SAFE_CHANGES))}, or a "
+        f"probe's measurement setting: {', '.join(sorted(safe_changes(probes_for(Config()))))})",
     )
 
 
 def allowed_changes(args: argparse.Namespace) -> list[str]:
-    return [key.strip() for key in args.allow_change.split(",") if key.strip()]
+    """The keys of ``--allow-change``, an old spelling read as its new one (`Config.renamed_keys`)."""
+    keys = [key.strip() for key in args.allow_change.split(",") if key.strip()]
+    return [Config.renamed_keys.get(key, key) for key in keys]

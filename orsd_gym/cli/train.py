@@ -14,6 +14,7 @@ from rich.console import Console
 from orsd_gym import jsonio
 from orsd_gym.cli.options import add_allow_change, add_json, add_no_live, add_threads, allowed_changes, threads_override
 from orsd_gym.configio import shipped_configs
+from orsd_gym.probes import probes_for
 from orsd_gym.train.config import load_config
 from orsd_gym.train.launch import train
 
@@ -48,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
         allow_changes=allowed_changes(args),
         live=not args.no_live,
         console=console,
+        callbacks=probes_for(config),
     )
     if summary.worker != 0:  # torchrun's other workers: worker 0 reports the run
         return 0

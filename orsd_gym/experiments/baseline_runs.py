@@ -19,7 +19,8 @@ from pathlib import Path
 import yaml
 
 from orsd_gym import configio, jsonio
-from orsd_gym.train.config import Config, run_record
+from orsd_gym.probes import run_records
+from orsd_gym.train.config import Config
 from orsd_gym.train.plan import build_task_plan
 from orsd_gym.train.rundir import config_differences
 from orsd_gym.writable import write_file
@@ -32,7 +33,7 @@ def run_baseline(config: Config, algo: str, run_dir: Path, env_steps: int) -> No
     """Train and evaluate baseline ``algo`` for ``env_steps`` environment steps into ``run_dir``."""
     from orsd_gym.baselines import BaselineConfig, train_baseline  # the sb3 extra, only when a baseline runs
 
-    record = {**run_record(config), "baseline": {"algo": algo, "env_steps": env_steps}}
+    record = {**run_records(config)[0], "baseline": {"algo": algo, "env_steps": env_steps}}
     saved = run_dir / "config.yaml"
     # Where the comparison lives is no setting: a comparison moved or copied elsewhere keeps its baselines.
     if (

@@ -28,9 +28,10 @@ from orsd_gym.allocator import trim_heap
 from orsd_gym.errors import UsageError
 from orsd_gym.experiments.baseline_runs import run_baseline
 from orsd_gym.experiments.report import write_report
+from orsd_gym.probes import check_probes, probes_for, run_records
 from orsd_gym.train import rundir_lock
 from orsd_gym.train.checkpoint import list_checkpoints
-from orsd_gym.train.config import Config, default_record, resolve_algo, run_record
+from orsd_gym.train.config import Config, resolve_algo
 from orsd_gym.train.launch import train, under_torchrun
 from orsd_gym.train.metrics import read_metrics
 from orsd_gym.train.rundir import finished_from_records, finished_run
@@ -121,7 +122,9 @@ def run_config(base: Config, arm: Arm, seed: int, out_dir: Path) -> Config:
         # One warm start per seed, shared by every algorithm: same initial weights.
         config.warm_start.path = str(out_dir / "warm_start" / f"seed{seed}.safetensors")
     if arm.baseline is None:
-        validate_settings(config, resolve_algo(config))  # fail before any run starts if a setting is bad
+        # Fail before any run starts if a setting is bad.
+        validate_settings(config, resolve_algo(config))
+        check_probes(config)
     return config
 
 
@@ -215,6 +218,7 @@ def _run(arm: Arm, seed: int, config: Config, base: Config, options: RunOptions,
             allow_changes=options.allow_changes if reuse else (),
             live=options.live,
             console=console,
+            callbacks=probes_for(config),
         )
     else:
         run_baseline(config, arm.baseline, run_dir, _env_step_budget(config, [r for r in earlier if r.seed == seed]))
@@ -271,7 +275,7 @@ def finished_runs(
         for arm in parsed:
             config = run_config(base, arm, seed, out_dir)
             run_dir = Path(config.train.output_dir)
-            record, defaults = run_record(config), default_record(config.algo.name)
+            record, defaults = run_records(config)
             if finished_run(run_dir, record, allow_changes=allow_changes, defaults=defaults):
                 results.append(_read_run(arm.label, seed, run_dir))
             else:
@@ -280,9 +284,8 @@ def finished_runs(
 
 
 def _finished_without_weights(config: Config, run_dir: Path, allow_changes: Sequence[str]) -> bool:
-    return finished_from_records(
-        run_dir, run_record(config), allow_changes=allow_changes, defaults=default_record(config.algo.name)
-    )
+    record, defaults = run_records(config)
+    return finished_from_records(run_dir, record, allow_changes=allow_changes, defaults=defaults)
 
 
 def _env_step_budget(config: Config, same_seed: list[RunResult]) -> int:

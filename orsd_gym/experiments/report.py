@@ -20,10 +20,10 @@ import numpy as np
 import yaml
 
 from orsd_gym import jsonio
-from orsd_gym.experiments.chain import CHAIN, chain_lines
 from orsd_gym.experiments.learning_signal import signal_lines
 from orsd_gym.experiments.plots import METRIC_RANGES, coinciding_arms, plot_curves
 from orsd_gym.experiments.power import MDD_LEGEND, add_power, detectable_sentence, power_tag
+from orsd_gym.probes.chain import CHAIN, chain_lines
 from orsd_gym.train.stats import Estimate, mean_ci, number_or_nan
 from orsd_gym.writable import write_file
 

@@ -28,7 +28,7 @@ from orsd_gym.rollout.trajectory import TurnSpan
 
 #: Rewrites an episode's prompt messages before they are rendered: called with the messages, the
 #: episode's reset info and its ``group_id``; returns the messages to use (e.g. with a rubric
-#: inserted, `orsd_gym.train.teacher`). Applied to every sample's prompt in the per-step layout.
+#: inserted, `orsd_gym.probes.teacher`). Applied to every sample's prompt in the per-step layout.
 PromptEdit = Callable[[list[dict[str, str]], dict[str, Any], int], list[dict[str, str]]]
 
 #: A `PromptEdit` bound to one episode: rewrites a sample's prompt messages.

@@ -35,10 +35,10 @@ class RolloutOptions:
     on_unparsable: OnUnparsable = "as_is"
     #: The no-op for ``on_unparsable="noop"`` (None: the env prompt's own).
     noop_action: str | None = None
-    #: Turns per episode (None: until the env ends it); tokens per sample.
-    max_turns: int | None = None
+    #: Model turns per episode (None: until the env ends it).
+    max_turns: int | None = 10
     #: Tokens per sample (the prompt, every turn and every observation it holds).
-    max_episode_tokens: int = 4096
+    max_episode_tokens: int = 2048
     #: Reuse each episode's previous turns through a generation session (same tokens either way).
     kv_cache: bool = True
 

@@ -3,23 +3,22 @@
 Example: ``orsd-gym train --config configs/alfworld_cpu.yaml algo.name=orsd optim.lr=2e-5``.
 An algorithm's settings have one spelling, ``algo.per_algo.<algorithm>.<key>`` (a comparison's
 arm suffix ``orsd@beta=0.1`` writes there too), validated by that algorithm's own typed config
-(see `orsd_gym.algos` and `resolve_algo`); an algorithm built on another (ORSD on GRPO) takes
+(see `orsd_gym.algos` and `orsd_gym.train.algo_settings`); an algorithm built on another (ORSD on GRPO) takes
 its base's settings too. A run saves them resolved, every default included (`run_record`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from orsd_gym import configio
-from orsd_gym.algos.base import algorithm_config_class, registered_algorithms
-from orsd_gym.errors import ConfigError, UnknownAlgorithmError
+from orsd_gym.algos.base import algorithm_config_class
 from orsd_gym.policies.base import SamplingParams
 from orsd_gym.rollout.options import RolloutOptions
+from orsd_gym.train.algo_settings import resolve_algo
 from orsd_gym.train.validation import validate_settings
 
 
@@ -131,10 +130,6 @@ class RolloutConfig(RolloutOptions):
     tasks_per_iteration: int = 4
     #: Attempts per task in a training iteration: the group GRPO's advantage compares.
     group_size: int = 4
-    #: Model turns per training episode (None: until the env ends it).
-    max_turns: int | None = 10
-    #: Tokens per training sample (the prompt, every turn and every observation it holds).
-    max_episode_tokens: int = 2048
     #: Tokens the model may write per turn.
     max_new_tokens: int = 48
     #: Sampling temperature of training rollouts. Each sample records it (`Trajectory.temperature`)
@@ -205,18 +200,11 @@ class OptimConfig:
     scheduler: Literal["constant", "linear", "cosine"] = "constant"
     #: Optimiser steps of linear learning-rate warm-up from 0.
     warmup_steps: int = 0
-    #: Every N iterations, measure the outcome's and ORSD's correction's share of the update's
-    #: gradient on one micro-batch with an outcome signal before updating
-    #: (`orsd_gym.train.grad_share`: two to six extra forward-backward passes, within
-    #: ``max_memory_gb``); 0: never.
-    gradient_share_every: int = 0
 
     def __post_init__(self) -> None:
         if self.lr <= 0:
             raise ValueError(f"lr must be > 0, got {self.lr}")
         _require_at_least_one(self, "epochs", "minibatches", "micro_batch_tokens")
-        if self.gradient_share_every < 0:
-            raise ValueError(f"gradient_share_every must be >= 0, got {self.gradient_share_every}")
         if self.max_memory_gb is not None and self.max_memory_gb <= 0:
             raise ValueError(f"max_memory_gb must be > 0, got {self.max_memory_gb}")
 
@@ -288,23 +276,6 @@ class EvalConfig:
     temperature: float = 0.0
     #: Episodes per evaluation task.
     group_size: int = 1
-    #: The teacher test (`orsd_gym.train.teacher`): after each evaluation, the held-out tasks
-    #: played again with each task's own rubric in context and with another task's. "expert":
-    #: the env's expert plan restated (the eval side's env needs ``expert``, e.g.
-    #: ``eval.env_kwargs.expert=reset``); "file": ``teacher_rubric_file`` (task key or "*" ->
-    #: criteria, as ORSD's rubric_file).
-    teacher_test: Literal["off", "expert", "file"] = "off"
-    #: The rubric file of ``teacher_test: file`` (YAML: task key or "*" -> list of criteria).
-    teacher_rubric_file: str | None = None
-    #: Where the rubric goes and how many criteria an expert rubric keeps (None: as the
-    #: algorithm's replay does, ORSD's rubric_placement and max_criteria; else system and 4).
-    teacher_placement: Literal["system", "user"] | None = None
-    #: Criteria an expert rubric keeps in the teacher test (None: the algorithm's max_criteria, else 4).
-    teacher_max_criteria: int | None = None
-    #: Per training group the algorithm gave a rubric, this many fresh episodes of its task with
-    #: the rubric in context and as many without, from the same seeds, paired by group
-    #: (``teacher/train_gain``; 0: off; measured, never trained on).
-    teacher_episodes: int = 0
 
     def __post_init__(self) -> None:
         if self.every < 0 or self.num_tasks < 0 or self.skip_tasks < 0:
@@ -312,12 +283,6 @@ class EvalConfig:
                 f"every, num_tasks and skip_tasks must be >= 0, got {self.every}, {self.num_tasks}, {self.skip_tasks}"
             )
         _require_at_least_one(self, "group_size")
-        if (self.teacher_test == "file") != (self.teacher_rubric_file is not None):
-            raise ValueError("teacher_rubric_file is needed by teacher_test='file' and used by it only")
-        if self.teacher_episodes < 0:
-            raise ValueError(f"teacher_episodes must be >= 0, got {self.teacher_episodes}")
-        if self.teacher_max_criteria is not None and self.teacher_max_criteria < 1:
-            raise ValueError(f"teacher_max_criteria must be >= 1, got {self.teacher_max_criteria}")
 
 
 @dataclass
@@ -334,16 +299,6 @@ class WarmStartConfig:
     batch_size: int = 4
     #: Extra env arguments that make the env report its expert's plan (ALFWorld: {expert: true}).
     env_kwargs: dict[str, Any] = field(default_factory=lambda: {"expert": True})
-    #: Share of the demonstrations played with their task's expert rubric in context (the env's
-    #: plan restated, as ORSD's positive control writes it), so the policy learns that a rubric
-    #: in context says what to do: instruction tuning for rubrics. Every arm of a comparison
-    #: gets the same warm start, so it changes the starting policy, not the comparison.
-    rubric_share: float = 0.0
-    #: Where those demonstrations carry the rubric (as ORSD's replay's rubric_placement) and
-    #: how many criteria it keeps (as ORSD's max_criteria).
-    rubric_placement: Literal["system", "user"] = "system"
-    #: Criteria the demonstrations' rubrics keep (as ORSD's max_criteria).
-    rubric_max_criteria: int = 4
     #: RL training draws no task the demonstrations were played on, so a run's training success
     #: is not inflated by rooms the policy was cloned in (the task plan lists both). False lets
     #: them share tasks (what runs recorded before this setting did).
@@ -360,9 +315,6 @@ class WarmStartConfig:
     def __post_init__(self) -> None:
         if self.episodes < 0 or self.epochs < 1 or self.batch_size < 1 or self.lr <= 0:
             raise ValueError("warm_start needs episodes >= 0, epochs >= 1, batch_size >= 1 and lr > 0")
-        if not 0.0 <= self.rubric_share <= 1.0:
-            raise ValueError(f"rubric_share is a fraction of the demonstrations, in [0, 1], got {self.rubric_share}")
-        _require_at_least_one(self, "rubric_max_criteria")
 
     def demonstration_seed(self, train_seed: int) -> int:
         """The seed the demonstrations are drawn with (`seed`, else the run's ``train_seed``)."""
@@ -401,7 +353,7 @@ class Config:
     optim: OptimConfig = field(default_factory=OptimConfig)
     #: The run: iterations, seed, run directory, checkpoints, workers.
     train: TrainConfig = field(default_factory=TrainConfig)
-    #: Held-out evaluation and the teacher test.
+    #: Held-out evaluation.
     eval: EvalConfig = field(default_factory=EvalConfig)
     #: Behaviour cloning on expert demonstrations before RL.
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
@@ -409,6 +361,24 @@ class Config:
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     #: The Ray cluster for training workers and env actors.
     ray: RayConfig = field(default_factory=RayConfig)
+    #: Settings of the run's probes, measurements beside training (`orsd_gym.probes`), per
+    #: probe: ``{teacher: {test: expert}, gradient_share: {every: 5}}``. `orsd-gym config
+    #: explain probes` lists them; a run records every probe's settings, defaults included.
+    probes: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    #: Settings that moved, old dotted key -> new: files, overrides and recorded runs written
+    #: with the old spelling load as the new one (`orsd_gym.configio.rename_keys`).
+    renamed_keys = {
+        "eval.teacher_test": "probes.teacher.test",
+        "eval.teacher_rubric_file": "probes.teacher.rubric_file",
+        "eval.teacher_placement": "probes.teacher.placement",
+        "eval.teacher_max_criteria": "probes.teacher.max_criteria",
+        "eval.teacher_episodes": "probes.teacher.episodes",
+        "optim.gradient_share_every": "probes.gradient_share.every",
+        "warm_start.rubric_share": "probes.rubric_demonstrations.share",
+        "warm_start.rubric_placement": "probes.rubric_demonstrations.placement",
+        "warm_start.rubric_max_criteria": "probes.rubric_demonstrations.max_criteria",
+    }
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
@@ -419,85 +389,21 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
     return config
 
 
-def resolve_algo(config: Config) -> Any:
-    """The algorithm's typed config (e.g. `orsd_gym.algos.ORSDConfig`) from ``algo.per_algo``:
-    its base algorithms' entries, then its own, merged key by key (a nested setting of its own
-    keeps the base's other keys); fails fast, naming the key, on a bad key or
-    value. Resolved once per config: later calls return the same object while ``algo``
-    is unchanged."""
-    key = (config.algo.name, repr(config.algo.per_algo))
-    cached = config.algo.__dict__.get("_resolved")
-    if cached is not None and cached[0] == key:
-        return cached[1]
-    settings = _resolve(config)
-    config.algo.__dict__["_resolved"] = (key, settings)
-    return settings
-
-
-def _resolve(config: Config) -> Any:
-    algo = config.algo
-    try:
-        config_class = algorithm_config_class(algo.name)
-    except UnknownAlgorithmError as error:
-        raise ConfigError(f"algo.name: {error}") from error
-    check_per_algo(algo.per_algo)
-    params = configio.merge({}, *(algo.per_algo.get(name, {}) for name in [*_bases(config_class), algo.name]))
-    return configio.from_dict(config_class, params, prefix=f"algo.per_algo.{algo.name}.")
-
-
-def _bases(config_class: type) -> list[str]:
-    """Registered algorithms whose config ``config_class`` extends, most basic first."""
-    bases = [name for name in registered_algorithms() if algorithm_config_class(name) in config_class.__mro__[1:]]
-    return sorted(bases, key=lambda name: -config_class.__mro__.index(algorithm_config_class(name)))
-
-
-def check_per_algo(per_algo: dict[str, dict[str, Any]]) -> None:
-    """Every ``algo.per_algo`` entry names a registered algorithm and only its settings (a
-    misspelt name would otherwise be ignored by every run that does not select it)."""
-    for name, params in per_algo.items():
-        try:
-            config_class = algorithm_config_class(name)
-        except UnknownAlgorithmError:
-            close = difflib.get_close_matches(name, registered_algorithms(), n=1)
-            hint = (
-                f"did you mean 'algo.per_algo.{close[0]}'?"
-                if close
-                else f"registered: {', '.join(registered_algorithms())}"
-            )
-            raise ConfigError(f"algo.per_algo.{name}: no algorithm is registered as {name!r}; {hint}") from None
-        if not isinstance(params, dict):
-            raise ConfigError(f"algo.per_algo.{name}: expected a mapping of settings, got {type(params).__name__}")
-        names = [f.name for f in dataclasses.fields(config_class)]
-        for key in params:
-            if key == "temperature":
-                raise ConfigError(
-                    f"algo.per_algo.{name}.temperature: set rollout.temperature (an algorithm scores tokens "
-                    "at the temperature the rollouts sampled them at)"
-                )
-            if key not in names:
-                raise ConfigError(f"unknown config key 'algo.per_algo.{name}.{key}'{_hint(name, str(key), names)}")
-
-
-def _hint(algorithm: str, key: str, names: list[str]) -> str:
-    """Where a setting ``algorithm`` does not have may be meant: a close name of its own, or
-    the algorithms that have it."""
-    close = difflib.get_close_matches(key, names, n=1)
-    if close:
-        return f"; did you mean 'algo.per_algo.{algorithm}.{close[0]}'?"
-    owners = [
-        other
-        for other in registered_algorithms()
-        if key in {f.name for f in dataclasses.fields(algorithm_config_class(other))}
-    ]
-    return f"; it is a setting of {', '.join(owners)}: algo.per_algo.{owners[0]}.{key}" if owners else ""
-
-
-def run_record(config: Config) -> dict[str, Any]:
+def run_record(
+    config: Config, probes: dict[str, dict[str, Any]] | None = None, algo_settings: Any = None
+) -> dict[str, Any]:
     """What a run saves as its config.yaml: the config with ``algo.per_algo`` holding only the
-    run's algorithm, resolved (every default included). Loadable as a config again."""
+    run's algorithm and ``probes`` every probe of the run (``probes``: its callbacks'
+    `orsd_gym.train.callbacks.settings_record`), resolved (every default included; a run
+    without probes records none, so that its probes' defaults stand in when it is compared).
+    Loadable as a config again. ``algo_settings``: the run's resolved algorithm settings (None:
+    resolved here)."""
     record = configio.to_dict(config)
-    settings = dataclasses.asdict(resolve_algo(config))
+    settings = dataclasses.asdict(resolve_algo(config) if algo_settings is None else algo_settings)
     record["algo"] = {"name": config.algo.name, "per_algo": {config.algo.name: settings}}
+    record.pop("probes")
+    if config.probes if probes is None else probes:
+        record["probes"] = dict(config.probes if probes is None else probes)
     return record
 
 
@@ -506,10 +412,14 @@ def run_record(config: Config) -> dict[str, Any]:
 PREDATING_BEHAVIOUR = {"warm_start": {"disjoint_from_training": False}}
 
 
-def default_record(algorithm: str) -> dict[str, Any]:
-    """`run_record` of the default config with ``algorithm``: what a setting a saved run does
-    not list (it predates it) is taken to be (its default, or `PREDATING_BEHAVIOUR`)."""
+def default_record(algorithm: str, probes: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """`run_record` of the default config with ``algorithm`` (and ``probes``, the defaults of
+    the run's probes): what a setting a saved run does not list (it predates it) is taken to be
+    (its default, or `PREDATING_BEHAVIOUR`)."""
     record = configio.merge(configio.to_dict(Config(algo=AlgoConfig(name=algorithm))), PREDATING_BEHAVIOUR)
     settings = dataclasses.asdict(algorithm_config_class(algorithm)())
     record["algo"] = {"name": algorithm, "per_algo": {algorithm: settings}}
+    record.pop("probes")
+    if probes:
+        record["probes"] = dict(probes)
     return record

@@ -35,3 +35,36 @@ def make_envs(env: EnvConfig, kwargs: dict[str, Any], count: int) -> Envs:
 def close_envs(envs: Envs | None) -> None:
     for env in envs if isinstance(envs, list) else [envs] if envs is not None else []:
         env.close()
+
+
+class RunEnvs:
+    """A run's two sides of envs, each made on first use: the training side (enough for this
+    worker's share of an iteration's groups) and the evaluation side (the training envs when
+    both sides are one env)."""
+
+    def __init__(self, config: Any, plan: Any, workers: Any) -> None:
+        self.config, self.plan, self.workers = config, plan, workers
+        self._train: Envs | None = None
+        self._eval: Envs | None = None
+
+    @property
+    def train(self) -> Envs:
+        if self._train is None:
+            rollout = self.config.rollout
+            episodes = self.workers.most(rollout.tasks_per_iteration) * rollout.group_size
+            self._train = make_envs(self.config.env, self.plan.train_kwargs, self.config.env.num_envs or episodes)
+        return self._train
+
+    @property
+    def eval(self) -> Envs:
+        if self.plan.eval_kwargs == self.plan.train_kwargs:
+            return self.train
+        if self._eval is None:
+            episodes = max(1, self.workers.most(self.config.eval.num_tasks)) * self.config.eval.group_size
+            self._eval = make_envs(self.config.env, self.plan.eval_kwargs, self.config.env.num_envs or episodes)
+        return self._eval
+
+    def close(self) -> None:
+        close_envs(self._train)
+        close_envs(self._eval)
+        self._train = self._eval = None

@@ -31,6 +31,7 @@ from rich.console import Console
 
 from orsd_gym.cluster import import_ray, ray_session
 from orsd_gym.errors import ClusterResourcesError, ConfigError, OrsdGymError
+from orsd_gym.train.callbacks import TrainerCallback
 from orsd_gym.train.config import Config
 from orsd_gym.train.trainer import RunSummary, Trainer
 from orsd_gym.train.workers import Workers
@@ -49,10 +50,17 @@ def train(
     allow_changes: Sequence[str] = (),
     live: bool | None = None,
     console: Console | None = None,
+    callbacks: Sequence[TrainerCallback] = (),
 ) -> RunSummary:
-    """Train ``config`` with as many workers as it asks for (see the module docstring); returns
-    the summary of worker 0 (`RunSummary.worker` says which worker's summary it is)."""
-    options = {"resume": resume, "overwrite": overwrite, "allow_changes": tuple(allow_changes)}
+    """Train ``config`` with as many workers as it asks for (see the module docstring) and the
+    probes ``callbacks`` (each worker gets its copy); returns the summary of worker 0
+    (`RunSummary.worker` says which worker's summary it is)."""
+    options = {
+        "resume": resume,
+        "overwrite": overwrite,
+        "allow_changes": tuple(allow_changes),
+        "callbacks": tuple(callbacks),
+    }
     if config.train.workers > 1 and not under_torchrun():
         return _train_on_ray(config, options, console or Console())
     with _env_cluster(config):

@@ -34,9 +34,11 @@ from typing import Any
 
 import yaml
 
+from orsd_gym import configio
 from orsd_gym.errors import RunDirectoryError
 from orsd_gym.train import rundir_lock
 from orsd_gym.train.checkpoint import list_checkpoints, remove_stale_temporaries
+from orsd_gym.train.config import Config
 from orsd_gym.train.metrics import read_metrics
 from orsd_gym.writable import append_text, writable_directory, write_file
 
@@ -66,12 +68,6 @@ SAFE_CHANGES = frozenset(
         "train.keep_checkpoints",
         "train.threads",
         "eval.every",
-        # Measurements only: they draw from seed streams of their own and train on nothing.
-        "eval.teacher_test",
-        "eval.teacher_rubric_file",
-        "eval.teacher_placement",
-        "eval.teacher_max_criteria",
-        "optim.gradient_share_every",
         "env.num_envs",
         "env.vectorization",
         "env.backend",
@@ -107,11 +103,13 @@ def claim_run_directory(
     overwrite: bool = False,
     allow_changes: Iterable[str] = (),
     defaults: Mapping[str, Any] | None = None,
+    safe: frozenset[str] = SAFE_CHANGES,
 ) -> Claim:
     """Check ``output_dir`` for a run of ``record`` (the run's `run_record`) before anything is
     written; raises `RunDirectoryError` with what to do when the directory cannot be used.
     ``defaults`` (a `run_record` of the default config) stands in for settings a run saved
-    before they existed."""
+    before they existed; ``allow_changes`` may name settings of ``safe`` only (`SAFE_CHANGES`
+    and the run's probes' measurement settings)."""
     root = Path(output_dir)
     existing = [name for name in RUN_FILES if (root / name).exists()]
     checkpoints = list_checkpoints(root / "checkpoints")
@@ -150,16 +148,16 @@ def claim_run_directory(
     saved = yaml.safe_load(saved_path.read_text(encoding="utf-8"))
     differences = config_differences(saved, record, defaults)
     allowed = set(allow_changes)
-    unknown = allowed - SAFE_CHANGES
+    unknown = allowed - safe
     if unknown:
         raise RunDirectoryError(
             f"--allow-change {', '.join(sorted(unknown))}: only these settings may change on resume: "
-            f"{', '.join(sorted(SAFE_CHANGES))}"
+            f"{', '.join(sorted(safe))}"
         )
     refused = {k: v for k, v in differences.items() if k not in allowed}
     if refused:
         raise RunDirectoryError(
-            f"--resume would train {root} with other settings than it has: {_refusal(refused, SAFE_CHANGES)}"
+            f"--resume would train {root} with other settings than it has: {_refusal(refused, safe)}"
         )
     if "train.iterations" in differences and record["optim"]["scheduler"] != "constant":
         raise RunDirectoryError(
@@ -178,19 +176,27 @@ def open_run_directory(
     *,
     resume: bool,
     overwrite: bool,
-    allow_changes: Sequence[str],
+    changes: tuple[Sequence[str], frozenset[str]],
     say: Callable[[str], None],
 ) -> Claim:
     """Lock ``output_dir`` for this process (`orsd_gym.train.rundir_lock`; `release_run_directory`
     gives it back), check and claim it for the run ``record`` describes (`claim_run_directory`),
     clear what a stopped process left there, and write the run's record (``config.yaml``, its
-    allowed changes, ``task_plan.json``)."""
+    allowed changes, ``task_plan.json``). ``changes``: the settings the caller allows to differ
+    from a resumed run's, and those that may (see `claim_run_directory`)."""
+    allow_changes, safe = changes
     writable_directory(output_dir, "train.output_dir")
     # Owned by this process from here until `release_run_directory` (a second writer is refused).
     lock = rundir_lock.acquire(output_dir / rundir_lock.RUN_LOCK, f"run directory {output_dir}", say)
     try:
         claim = claim_run_directory(
-            output_dir, record, resume=resume, overwrite=overwrite, allow_changes=allow_changes, defaults=defaults
+            output_dir,
+            record,
+            resume=resume,
+            overwrite=overwrite,
+            allow_changes=allow_changes,
+            defaults=defaults,
+            safe=safe,
         )
     except BaseException:
         rundir_lock.release(lock)
@@ -312,7 +318,7 @@ def config_differences(
 ) -> dict[str, tuple[Any, Any]]:
     """Dotted key -> (saved, requested) for every leaf setting that differs (`IGNORED` aside); a
     key ``saved`` lacks takes its value in ``defaults``, when given."""
-    left, right = _flatten(saved), _flatten(requested)
+    left, right = _flatten(configio.rename_keys(saved, Config.renamed_keys)), _flatten(requested)
     if defaults is not None:
         # A default stands in only where the run saved nothing under that key: a default `{}`
         # (env.kwargs) must not shadow the leaves of the mapping the run did save there.
@@ -347,3 +353,21 @@ def _plain(value: Any) -> Any:
     if isinstance(value, Mapping):
         return {k: _plain(v) for k, v in value.items()}
     return value
+
+
+def resume_message(output_dir: Path, start: int, iterations: int, changes: Sequence[Mapping[str, Any]]) -> str:
+    """What a resumed run says: where it resumes (or that it has finished), with its allowed changes."""
+    listed = ", ".join(f"{c['key']} {c['old']!r} -> {c['new']!r}" for c in changes)
+    where = f"resumed {output_dir} at iteration {start} of {iterations}"
+    if start >= iterations:
+        where = f"{output_dir} already finished all {iterations} iterations; nothing to train"
+    return where + (f" (allowed changes: {listed})" if listed else "")
+
+
+def last_evaluation(output_dir: Path) -> dict[str, float] | None:
+    """The latest evaluation a run recorded (what a finished run reports when resumed)."""
+    path = output_dir / "eval.jsonl"
+    lines = path.read_text(encoding="utf-8").splitlines() if path.is_file() else []
+    if not lines:
+        return None
+    return {k: v for k, v in json.loads(lines[-1]).items() if k.startswith("eval/")}

@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 #: The streams (``TASKS`` draws the iteration's training tasks, see `orsd_gym.train.plan`;
-#: ``TEACHER`` the teacher test's, `orsd_gym.train.teacher`; ``GRAD_SHARE`` which micro-batch
-#: `orsd_gym.train.grad_share` measures).
+#: ``TEACHER`` the teacher test's, `orsd_gym.probes.teacher`; ``GRAD_SHARE`` which micro-batch
+#: `orsd_gym.probes.grad_share` measures).
 TASKS, ROLLOUT, ALGO, EVAL, UPDATE, TEACHER, GRAD_SHARE = 0, 1, 2, 3, 4, 5, 6
 
 

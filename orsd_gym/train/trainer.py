@@ -30,44 +30,50 @@ from orsd_gym import configio, progress
 from orsd_gym.algos.base import PreparedBatch, make_algorithm
 from orsd_gym.allocator import return_freed_memory, trim_heap
 from orsd_gym.errors import ConfigError, DiskWriteError
+from orsd_gym.policies.base import Policy
 from orsd_gym.policies.models import load_policy
 from orsd_gym.policies.settings import PolicySettings
 from orsd_gym.profiling import phase
-from orsd_gym.rollout.collector import collect
+from orsd_gym.rollout.collector import PromptEdit, collect
 from orsd_gym.rollout.stats import rollout_stats
+from orsd_gym.rollout.trajectory import Trajectory
+from orsd_gym.train.callbacks import (
+    RunContext,
+    TrainerCallback,
+    check_sections,
+    demonstration_edit,
+    safe_changes,
+    settings_record,
+)
 from orsd_gym.train.checkpoint import (
     intact_note,
-    join_optimizer_state,
     latest_good_checkpoint,
-    save_checkpoint,
-    split_optimizer_state,
 )
-from orsd_gym.train.config import Config, default_record, resolve_algo, run_record
+from orsd_gym.train.config import Config, TrainConfig, default_record, resolve_algo, run_record
 from orsd_gym.train.console import LiveView
-from orsd_gym.train.envs import close_envs, make_envs
+from orsd_gym.train.envs import RunEnvs
 from orsd_gym.train.evaluate import evaluate
 from orsd_gym.train.frozen import frozen_models
 from orsd_gym.train.metrics import MetricsWriter, combine_worker_metrics
-from orsd_gym.train.plan import build_task_plan
+from orsd_gym.train.plan import TaskPlan, build_task_plan
 from orsd_gym.train.records import append_line, namespaced, write_audit
-from orsd_gym.train.rundir import Claim, open_run_directory, release_run_directory
-from orsd_gym.train.seeds import ALGO, EVAL, ROLLOUT, TEACHER, iteration_rng, iteration_seed
-from orsd_gym.train.teacher import (
-    rubric_context,
-    teacher_episodes,
-    teacher_test,
-    training_teacher_metrics,
-    training_teacher_pairs,
+from orsd_gym.train.rundir import (
+    SAFE_CHANGES,
+    Claim,
+    last_evaluation,
+    open_run_directory,
+    release_run_directory,
+    resume_message,
 )
+from orsd_gym.train.seeds import ALGO, EVAL, ROLLOUT, iteration_rng, iteration_seed
+from orsd_gym.train.training_state import TrainingState
 from orsd_gym.train.update import (
+    UpdateStep,
     activation_budget,
-    apply_optim_settings,
     check_trainable_precision,
-    has_model_tokens,
     make_optimizer,
     memory_left,
-    skip_update,
-    update_policy,
+    update_or_skip,
 )
 from orsd_gym.train.warm_start import ensure_warm_start
 from orsd_gym.train.workers import SINGLE, Workers
@@ -97,6 +103,10 @@ class Trainer:
     ``train.workers`` workers (`orsd_gym.train.launch` starts them); only worker 0 prints.
     From the claim until `run` ends, the run directory is this process's: another process
     training into it is refused (`orsd_gym.train.rundir_lock`).
+
+    ``callbacks`` are the run's probes (`orsd_gym.train.callbacks`; the built-in ones:
+    `orsd_gym.probes.probes_for`): each checks the config before anything is written, and the
+    trainer calls them at fixed points of every iteration and evaluation.
     """
 
     def __init__(
@@ -109,6 +119,7 @@ class Trainer:
         live: bool | None = None,
         console: Console | None = None,
         workers: Workers = SINGLE,
+        callbacks: Sequence[TrainerCallback] = (),
     ) -> None:
         if workers.size != config.train.workers:
             raise ConfigError(
@@ -118,6 +129,10 @@ class Trainer:
         self.config = config
         self.workers = workers
         self.algo_config = resolve_algo(config)
+        self.callbacks = list(callbacks)
+        check_sections(config.probes, self.callbacks)
+        for callback in self.callbacks:
+            callback.check_config(config, self.algo_config)
         self.plan = build_task_plan(config)
         self.output_dir = Path(config.train.output_dir)
         self.resume = resume
@@ -137,30 +152,13 @@ class Trainer:
         config, workers = self.config, self.workers
         for warning in self.plan.warnings:
             self.console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
-        if config.train.threads:
-            torch.set_num_threads(config.train.threads)
-        if config.train.return_freed_memory:
-            return_freed_memory()
-        if config.train.deterministic:
-            torch.use_deterministic_algorithms(True, warn_only=True)
-
+        set_up_process(config.train)
         model = config.model
         device = workers.device(model.device)
-        self.policy = load_policy(
-            model.name,
-            device=device,
-            dtype=model.dtype,
-            lora=model.lora.settings(),
-            inference_dtype=model.inference_dtype,
-            update_dtype=model.update_dtype,
-            settings=PolicySettings(
-                seed=config.train.seed,
-                token_budget=config.optim.micro_batch_tokens,
-                gradient_checkpointing=model.gradient_checkpointing,
-            ),
+        self.policy = load_run_policy(config, device)
+        self.warm_start_metrics = workers.on_main(
+            lambda: start_weights(config, self.plan, self.policy, self.output_dir, self.callbacks)
         )
-        check_trainable_precision(self.policy)
-        self.warm_start_metrics = workers.on_main(self._start_weights)
         self._release_freed_memory()  # the warm start's gradients and AdamW moments
         # Every replica starts from worker 0's weights (its warm start), as DDP's do.
         workers.broadcast_parameters(self.policy.trainable_parameters())
@@ -171,67 +169,38 @@ class Trainer:
         self.policy.generation_budget = memory_left(self.policy, self.algorithm, config.optim)
         steps = config.train.iterations * config.optim.epochs * config.optim.minibatches
         self.optimizer, self.scheduler = make_optimizer(self.policy, config.optim, steps)
+        self.state = TrainingState(self.policy, self.optimizer, self.scheduler, self.algorithm)
 
         self.env_steps = 0
         self.resumed_from: int | None = None
         self.metrics: MetricsWriter | None = None
-        self._envs = None
-        self._eval_envs = None
+        self.envs = RunEnvs(config, self.plan, workers)
+        self.run_context = RunContext(
+            config=config,
+            algo_settings=self.algo_config,
+            policy=self.policy,
+            algorithm=self.algorithm,
+            workers=workers,
+            training_envs=lambda: self.envs.train,
+            evaluate=lambda seed, edit: self._play_evaluation(seed, edit)[0],
+        )
 
     def _claim(self, resume: bool, overwrite: bool, allow_changes: Sequence[str]) -> Claim:
         """Check the run directory, then write the run's record there (worker 0 only)."""
         return open_run_directory(
             self.output_dir,
-            run_record(self.config),
-            default_record(self.config.algo.name),
+            run_record(self.config, settings_record(self.callbacks), self.algo_config),
+            default_record(self.config.algo.name, settings_record(self.callbacks, defaults=True)),
             {"summary": self.plan.summary(), "keys": self.plan.keys()},
             resume=resume,
             overwrite=overwrite,
-            allow_changes=allow_changes,
+            changes=(allow_changes, SAFE_CHANGES | safe_changes(self.callbacks)),
             say=lambda text: self.console.out(text, highlight=False),  # unwrapped: paths stay whole
         )
 
     def _release_run_directory(self) -> None:
         if self.workers.is_main:
             release_run_directory(self.output_dir)
-
-    def _start_weights(self) -> dict[str, float] | None:
-        """Start from ``model.init_weights`` and/or a (cached) behaviour-cloning warm start."""
-        cfg = self.config
-        if cfg.model.init_weights:
-            path = Path(cfg.model.init_weights)
-            if not path.is_file():
-                raise FileNotFoundError(f"model.init_weights={str(path)!r} does not exist")
-            self.policy.load_state_dict(load_file(path))
-        if cfg.warm_start.episodes > 0:
-            path = Path(cfg.warm_start.path) if cfg.warm_start.path else self.output_dir / "warm_start.safetensors"
-            return ensure_warm_start(cfg, self.plan, self.policy, path)
-        return None
-
-    # ------------------------------------------------------------------ envs
-    @property
-    def envs(self):
-        """The training side's envs (enough for this worker's share of an iteration's groups)."""
-        if self._envs is None:
-            rollout = self.config.rollout
-            episodes = self.workers.most(rollout.tasks_per_iteration) * rollout.group_size
-            self._envs = make_envs(self.config.env, self.plan.train_kwargs, self.config.env.num_envs or episodes)
-        return self._envs
-
-    @property
-    def eval_envs(self):
-        """The evaluation side's envs (the training envs when both sides are one env)."""
-        if self.plan.eval_kwargs == self.plan.train_kwargs:
-            return self.envs
-        if self._eval_envs is None:
-            episodes = max(1, self.workers.most(self.config.eval.num_tasks)) * self.config.eval.group_size
-            self._eval_envs = make_envs(self.config.env, self.plan.eval_kwargs, self.config.env.num_envs or episodes)
-        return self._eval_envs
-
-    def _close_envs(self) -> None:
-        close_envs(self._envs)
-        close_envs(self._eval_envs)
-        self._envs = self._eval_envs = None
 
     # ------------------------------------------------------------------ resume and checkpoints
     def _restore(self) -> int:
@@ -242,14 +211,7 @@ class Trainer:
             if self.workers.is_main:
                 self.metrics = self._open_metrics(None)
             return 0
-        state = checkpoint.state
-        self.policy.load_state_dict(checkpoint.policy_state)
-        self.optimizer.load_state_dict(join_optimizer_state(checkpoint.optimizer_tensors, state["optimizer"]))
-        self.scheduler.load_state_dict(state["scheduler"])
-        apply_optim_settings(self.optimizer, self.scheduler, self.config.optim)
-        self.algorithm.load_state_dict(state.get("algorithm", {}))
-        rng = state.get("worker_torch_rng", [state["torch_rng"]])[self.workers.rank]
-        torch.set_rng_state(torch.tensor(rng, dtype=torch.uint8))
+        state = self.state.restore(checkpoint, self.config.optim, self.workers.rank)
         self.env_steps = int(state["env_steps"])
         if self.workers.is_main:
             self.metrics = self._open_metrics(int(state["metrics_offset"]))
@@ -263,29 +225,10 @@ class Trainer:
     def _checkpoint(self, iteration: int) -> None:
         """Worker 0 writes the checkpoint; the replicas are identical but for their RNG states."""
         rngs = self.workers.gather(torch.get_rng_state().tolist())
-        if not self.workers.is_main:
-            return
-        tensors, optimizer_rest = split_optimizer_state(self.optimizer.state_dict())
-        state = {
-            "iteration": iteration,
-            "config": configio.to_dict(self.config),
-            "optimizer": optimizer_rest,
-            "scheduler": self.scheduler.state_dict(),
-            "algorithm": self.algorithm.state_dict(),
-            "torch_rng": rngs[0],
-            "env_steps": self.env_steps,
-            "metrics_offset": self.metrics.offset,
-        }
-        if self.workers.size > 1:
-            state["worker_torch_rng"] = rngs
-        save_checkpoint(
-            self.output_dir / "checkpoints",
-            iteration,
-            policy_state=self.policy.state_dict(),
-            optimizer_tensors=tensors,
-            state=state,
-            keep=self.config.train.keep_checkpoints,
-        )
+        if self.workers.is_main:
+            run = {"config": configio.to_dict(self.config), "env_steps": self.env_steps}
+            run["metrics_offset"] = self.metrics.offset
+            self.state.save(self.output_dir / "checkpoints", iteration, rngs, run, self.config.train.keep_checkpoints)
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> RunSummary:
@@ -301,7 +244,8 @@ class Trainer:
         main = self.workers.is_main
         start = self._restore() if self.resume else 0
         if self.resume:
-            self.console.print(self._resume_message(start), highlight=False)
+            message = resume_message(self.output_dir, start, self.config.train.iterations, self.claim.changes)
+            self.console.print(message, highlight=False)
         if self.metrics is None and main:
             self.metrics = self._open_metrics(None)
             (self.output_dir / "audit").mkdir(exist_ok=True)
@@ -341,27 +285,12 @@ class Trainer:
         finally:
             if self.metrics is not None:
                 self.metrics.close()
-            self._close_envs()
+            self.envs.close()
         if not main:
             return RunSummary(self.output_dir, cfg.train.iterations, None, self.resumed_from, self.workers.rank)
-        return RunSummary(self.output_dir, cfg.train.iterations, final_eval or self._last_eval(), self.resumed_from)
-
-    def _resume_message(self, start: int) -> str:
-        changes = ", ".join(f"{c['key']} {c['old']!r} -> {c['new']!r}" for c in self.claim.changes)
-        where = f"resumed {self.output_dir} at iteration {start} of {self.config.train.iterations}"
-        if start >= self.config.train.iterations:
-            where = (
-                f"{self.output_dir} already finished all {self.config.train.iterations} iterations; nothing to train"
-            )
-        return where + (f" (allowed changes: {changes})" if changes else "")
-
-    def _last_eval(self) -> dict[str, float] | None:
-        """The latest evaluation the run recorded (what a finished run reports when resumed)."""
-        path = self.output_dir / "eval.jsonl"
-        lines = path.read_text(encoding="utf-8").splitlines() if path.is_file() else []
-        if not lines:
-            return None
-        return {k: v for k, v in json.loads(lines[-1]).items() if k.startswith("eval/")}
+        return RunSummary(
+            self.output_dir, cfg.train.iterations, final_eval or last_evaluation(self.output_dir), self.resumed_from
+        )
 
     def _iteration(self, iteration: int, view: LiveView) -> dict[str, Any]:
         """One iteration of this worker; the record to log (worker 0's; the others' is partial)."""
@@ -376,7 +305,7 @@ class Trainer:
         mine = workers.share(len(groups))
         with phase("rollout") as timer:
             trajectories = collect(
-                self.envs,
+                self.envs.train,
                 self.policy,
                 [groups[g].spec for g in mine],
                 group_size=cfg.rollout.group_size,
@@ -406,85 +335,103 @@ class Trainer:
             metrics = combine_worker_metrics([(part.metrics, n) for part, n in parts], self.algorithm.summed_metrics)
             record.update(namespaced(metrics, "algo"))
             write_audit(self.output_dir / "audit" / f"iter_{iteration + 1:06d}", batches)
-        if cfg.eval.teacher_episodes > 0:
-            view.phase(f"teacher {iteration + 1}")
-            record.update(self._training_teacher(batch, iteration))
+        for callback in self.callbacks:
+            record.update(callback.after_prepare(self.run_context, batch, iteration))
 
         view.phase(f"update {iteration + 1}")
         with phase("update") as timer:
-            # Decided together: every worker takes part in an update's all-reduces, or none does.
-            # A batch without a model token has no loss to differentiate, whatever the algorithm
-            # (and a worker without one could not take part in the others' all-reduces).
-            tokens = all(workers.all_gather(has_model_tokens(batch)))
-            if tokens and any(workers.all_gather(self.algorithm.has_learning_signal(batch))):
-                losses = update_policy(
-                    self.policy,
-                    self.algorithm,
-                    batch,
-                    self.optimizer,
-                    self.scheduler,
-                    cfg.optim,
-                    seed=seed,
-                    iteration=iteration,
-                    workers=workers,
-                ) | {"skipped": 0.0, "no_model_tokens": 0.0}
-            else:
-                losses = skip_update(self.scheduler, cfg.optim, len(batch.trajectories), no_model_tokens=not tokens)
+            losses = update_or_skip(
+                self.policy,
+                self.algorithm,
+                batch,
+                (self.optimizer, self.scheduler),
+                cfg.optim,
+                UpdateStep(seed, iteration, workers),
+                lambda: self._before_update(batch, iteration),
+            )
         self._release_freed_memory()  # the update's gradients and activations
         record.update(namespaced(losses, "loss"))
         record["time/update"] = timer.seconds
         record["lr"] = self.scheduler.get_last_lr()[0]
         return record
 
+    def _before_update(self, batch: PreparedBatch, iteration: int) -> dict[str, float]:
+        measured: dict[str, float] = {}
+        for callback in self.callbacks:
+            measured.update(callback.before_update(self.run_context, batch, iteration))
+        return measured
+
     def _evaluate(self, iteration: int) -> dict[str, float]:
-        """Evaluate (each worker its share of the tasks); worker 0 records and returns the result."""
+        """Evaluate (each worker its share of the tasks), then the probes; worker 0 records and
+        returns the result (``eval.jsonl``, and each probe's record in ``<section>.jsonl``)."""
         seed = iteration_seed(self.config.train.seed, iteration, EVAL)
         with phase("eval"):
-            baseline, result = evaluate(self.policy, self.eval_envs, self.plan, self.config, seed, self.workers)
-        teacher: dict[str, Any] = {}
-        if self.config.eval.teacher_test != "off":
-            with phase("teacher"):
-                found, teacher = self._teacher_test(baseline, seed, iteration)
+            baseline, result = self._play_evaluation(seed, None)
+        records = []
+        for callback in self.callbacks:
+            found, record = callback.after_evaluation(self.run_context, baseline, iteration)
             result.update(found)
+            records.append((callback.section or type(callback).__name__, record))
         self._release_freed_memory()
         if not self.workers.is_main:
             return result
-        record = {"iteration": iteration, "env_steps": self.env_steps, **result}
-        append_line(self.output_dir / "eval.jsonl", record)
-        if teacher:
-            append_line(self.output_dir / "teacher.jsonl", {"iteration": iteration, **teacher})
+        append_line(self.output_dir / "eval.jsonl", {"iteration": iteration, "env_steps": self.env_steps, **result})
+        for section, record in records:
+            if record:
+                append_line(self.output_dir / f"{section}.jsonl", {"iteration": iteration, **record})
         return result
 
-    def _teacher_test(self, baseline, seed: int, iteration: int) -> tuple[dict[str, float], dict[str, Any]]:
-        """The held-out tasks replayed with their own and other tasks' rubrics (`orsd_gym.train.teacher`)."""
-        test = self.config.eval
-
-        def play(edit):
-            return evaluate(self.policy, self.eval_envs, self.plan, self.config, seed, self.workers, edit)[0]
-
-        return teacher_test(
-            play,
-            baseline,
-            rubric_context(test, self.algo_config),
-            test.teacher_test,
-            seed=iteration_seed(self.config.train.seed, iteration, TEACHER),
-            rubric_file=test.teacher_rubric_file,
-            broadcast=lambda value: self.workers.all_gather(value)[0],
-        )
-
-    def _training_teacher(self, batch: PreparedBatch, iteration: int) -> dict[str, float]:
-        """Fresh episodes of each shaped group's task with its rubric in context and without it,
-        paired by group (each worker its own groups; worker 0 gets the metrics)."""
-        cfg = self.config
-        play = teacher_episodes(self.envs, self.policy, cfg, iteration_seed(cfg.train.seed, iteration, TEACHER))
-        with phase("teacher"):
-            pairs = training_teacher_pairs(
-                play, batch.trajectories, batch.audit, rubric_context(cfg.eval, self.algo_config)
-            )
-        everyone = self.workers.gather(pairs)
-        return training_teacher_metrics([p for part in everyone for p in part]) if everyone is not None else {}
+    def _play_evaluation(self, seed: int, edit: PromptEdit | None) -> tuple[list[Trajectory], dict[str, float]]:
+        return evaluate(self.policy, self.envs.eval, self.plan, self.config, seed, self.workers, edit)
 
     def _release_freed_memory(self) -> None:
         """Hand the heap's free pages back between phases (`orsd_gym.allocator.trim_heap`)."""
         if self.config.train.return_freed_memory:
             trim_heap()
+
+
+def set_up_process(train: TrainConfig) -> None:
+    """This process's torch threads, memory return and deterministic kernels, as ``train`` says."""
+    if train.threads:
+        torch.set_num_threads(train.threads)
+    if train.return_freed_memory:
+        return_freed_memory()
+    if train.deterministic:
+        torch.use_deterministic_algorithms(True, warn_only=True)
+
+
+def load_run_policy(config: Config, device: str) -> Policy:
+    """The policy ``config.model`` describes, on ``device``, with trainable weights it can update."""
+    model = config.model
+    policy = load_policy(
+        model.name,
+        device=device,
+        dtype=model.dtype,
+        lora=model.lora.settings(),
+        inference_dtype=model.inference_dtype,
+        update_dtype=model.update_dtype,
+        settings=PolicySettings(
+            seed=config.train.seed,
+            token_budget=config.optim.micro_batch_tokens,
+            gradient_checkpointing=model.gradient_checkpointing,
+        ),
+    )
+    check_trainable_precision(policy)
+    return policy
+
+
+def start_weights(
+    config: Config, plan: TaskPlan, policy: Policy, output_dir: Path, callbacks: Sequence[TrainerCallback]
+) -> dict[str, float] | None:
+    """Start from ``model.init_weights`` and/or a (cached) behaviour-cloning warm start whose
+    demonstrations the probes may edit; returns the warm start's metrics (None: none)."""
+    if config.model.init_weights:
+        path = Path(config.model.init_weights)
+        if not path.is_file():
+            raise FileNotFoundError(f"model.init_weights={str(path)!r} does not exist")
+        policy.load_state_dict(load_file(path))
+    if config.warm_start.episodes > 0:
+        path = Path(config.warm_start.path) if config.warm_start.path else output_dir / "warm_start.safetensors"
+        edit = demonstration_edit(callbacks, config, len(plan.warm_start))
+        return ensure_warm_start(config, plan, policy, path, edit)
+    return None

@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -34,9 +35,18 @@ from orsd_gym.policies.base import Policy
 from orsd_gym.policies.batching import longest_first, micro_batches
 from orsd_gym.profiling import phase
 from orsd_gym.train.config import OptimConfig
-from orsd_gym.train.grad_share import measure_gradient_share
-from orsd_gym.train.seeds import GRAD_SHARE, UPDATE, iteration_rng
+from orsd_gym.train.seeds import UPDATE, iteration_rng
 from orsd_gym.train.workers import SINGLE, Workers
+
+
+@dataclass(frozen=True)
+class UpdateStep:
+    """Where in the run an update is: the run's seed and iteration (its mini-batch order and
+    every other draw of the update), and this process's place among the data-parallel workers."""
+
+    seed: int
+    iteration: int
+    workers: Workers = SINGLE
 
 
 def update_policy(
@@ -46,32 +56,46 @@ def update_policy(
     optimizer: torch.optim.Optimizer,
     scheduler: torch.optim.lr_scheduler.LRScheduler,
     optim: OptimConfig,
-    *,
-    seed: int,
-    iteration: int,
-    workers: Workers = SINGLE,
+    step: UpdateStep,
+    before_steps: Callable[[], dict[str, float]] | None = None,
 ) -> dict[str, float]:
     """Run the update; returns the loss metrics as means over the sampled tokens of every
     micro-batch, mini-batch and epoch (of every worker; ``tokens``: their total), and the mean
-    grad norm. Every ``optim.gradient_share_every`` iterations, first the outcome's and the
-    correction's share of the gradient on one micro-batch (`orsd_gym.train.grad_share`; this
-    worker's). ``algo/sampler_logprob_gap``: see `sampler_logprob_gap`."""
-    # Before anything runs the loss, the gradient share included.
-    score_loss_inputs(policy, algorithm, batch, optim, seed=seed, iteration=iteration, workers=workers)
-    share = {}
-    if optim.gradient_share_every and iteration % optim.gradient_share_every == 0:
-        with phase("grad_share") as timer:
-            rng = iteration_rng(seed, iteration, GRAD_SHARE, *workers.stream())
-            budget = activation_budget(policy, algorithm, optim)
-            share = measure_gradient_share(
-                policy, algorithm, batch, rng, token_budget=optim.micro_batch_tokens, activation_budget=budget
-            )
-        share["time/grad_share"] = timer.seconds
+    grad norm. ``before_steps`` runs once the loss inputs are scored and before the first step
+    (the trainer's probes, e.g. `orsd_gym.probes.grad_share`); its metrics join the update's.
+    ``algo/sampler_logprob_gap``: see `sampler_logprob_gap`."""
+    # Before anything runs the loss, a probe's included.
+    score_loss_inputs(policy, algorithm, batch, optim, step)
+    measured = before_steps() if before_steps is not None else {}
     policy.set_training(True)
     try:
-        return _optimise(policy, algorithm, batch, optimizer, scheduler, optim, seed, iteration, workers) | share
+        return _optimise(policy, algorithm, batch, (optimizer, scheduler), optim, step) | measured
     finally:
         policy.set_training(False)
+
+
+def update_or_skip(
+    policy: Policy,
+    algorithm: Algorithm,
+    batch: PreparedBatch,
+    stepper: tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler],
+    optim: OptimConfig,
+    step: UpdateStep,
+    before_steps: Callable[[], dict[str, float]] | None = None,
+) -> dict[str, float]:
+    """`update_policy` where some worker's batch has a learning signal and every worker's a
+    model token, else `skip_update`; with ``skipped`` and ``no_model_tokens`` either way.
+
+    Decided together: every worker takes part in an update's all-reduces, or none does. A batch
+    without a model token has no loss to differentiate, whatever the algorithm (and a worker
+    without one could not take part in the others' all-reduces)."""
+    optimizer, scheduler = stepper
+    workers = step.workers
+    tokens = all(workers.all_gather(has_model_tokens(batch)))
+    if tokens and any(workers.all_gather(algorithm.has_learning_signal(batch))):
+        losses = update_policy(policy, algorithm, batch, optimizer, scheduler, optim, step, before_steps)
+        return losses | {"skipped": 0.0, "no_model_tokens": 0.0}
+    return skip_update(scheduler, optim, len(batch.trajectories), no_model_tokens=not tokens)
 
 
 def has_model_tokens(batch: PreparedBatch) -> bool:
@@ -97,14 +121,7 @@ def skip_update(
 
 
 def score_loss_inputs(
-    policy: Policy,
-    algorithm: Algorithm,
-    batch: PreparedBatch,
-    optim: OptimConfig,
-    *,
-    seed: int,
-    iteration: int,
-    workers: Workers = SINGLE,
+    policy: Policy, algorithm: Algorithm, batch: PreparedBatch, optim: OptimConfig, step: UpdateStep
 ) -> None:
     """Score what `prepare` left unscored (`PreparedBatch.unscored`), without gradients and
     before the first step, micro-batch by micro-batch with exactly the first epoch's
@@ -115,7 +132,7 @@ def score_loss_inputs(
     if not batch.unscored:
         return
     lengths = [len(t.token_ids) for t in batch.trajectories]
-    plan = _epoch_plan(lengths, optim, _fits(policy, algorithm, optim), seed, iteration, 0, workers)
+    plan = _epoch_plan(lengths, optim, _fits(policy, algorithm, optim), step, 0)
     with phase("loss_inputs"):
         algorithm.score_loss_inputs(policy, batch, [micro for _, micros in plan for micro in micros])
 
@@ -134,18 +151,12 @@ def sampler_logprob_gap(batch: PreparedBatch, workers: Workers = SINGLE) -> floa
 
 
 def _epoch_plan(
-    lengths: list[int],
-    optim: OptimConfig,
-    fits: Callable[[int, int], bool] | None,
-    seed: int,
-    iteration: int,
-    epoch: int,
-    workers: Workers,
+    lengths: list[int], optim: OptimConfig, fits: Callable[[int, int], bool] | None, step: UpdateStep, epoch: int
 ) -> list[tuple[list[int], list[list[int]]]]:
     """An epoch's mini-batches (a fresh permutation from the run's seed), each with its
     micro-batches. Longest first: a micro-batch pads its rows to its longest, so rows of similar
     length go together (per-step samples differ by a page); the sum is the same."""
-    order = iteration_rng(seed, iteration, UPDATE, epoch, *workers.stream()).permutation(len(lengths))
+    order = iteration_rng(step.seed, step.iteration, UPDATE, epoch, *step.workers.stream()).permutation(len(lengths))
     plan = []
     for minibatch in np.array_split(order, min(optim.minibatches, len(lengths))):
         minibatch = [int(i) for i in minibatch]
@@ -155,14 +166,21 @@ def _epoch_plan(
 
 
 def _optimise(
-    policy, algorithm, batch, optimizer, scheduler, optim: OptimConfig, seed: int, iteration: int, workers: Workers
-):
+    policy: Policy,
+    algorithm: Algorithm,
+    batch: PreparedBatch,
+    stepper: tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler],
+    optim: OptimConfig,
+    step: UpdateStep,
+) -> dict[str, float]:
+    optimizer, scheduler = stepper
+    workers = step.workers
     fits = _fits(policy, algorithm, optim)
     lengths = [len(t.token_ids) for t in batch.trajectories]
     sums: dict[str, float] = {}
     grad_norms = []
     for epoch in range(optim.epochs):
-        for minibatch, micros in _epoch_plan(lengths, optim, fits, seed, iteration, epoch, workers):
+        for minibatch, micros in _epoch_plan(lengths, optim, fits, step, epoch):
             optimizer.zero_grad(set_to_none=True)
             for micro in micros:
                 loss, metrics = algorithm.loss(policy, batch, micro, minibatch_indices=minibatch)

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 
 import orsd_gym  # noqa: F401  (registers the built-in envs)
-from orsd_gym import configio
 from orsd_gym.envs.lookup import env_creator
 from orsd_gym.errors import ConfigError, ModelNotFoundError, UnknownEnvError
 from orsd_gym.policies.models import check_model_name
@@ -42,7 +41,6 @@ def validate_settings(config: Config, algo_settings: Any) -> None:
             f"algo.per_algo.orsd.rubric_source={algo_settings.rubric_source!r} needs the env's expert plan in the "
             "trajectories: set env.kwargs.expert=reset (or true, which also gives credit alignment)"
         )
-    check_teacher_test(config, algo_settings)
     sides = [("env.kwargs", config.env.kwargs), ("eval.env_kwargs", config.eval.env_kwargs)]
     if config.warm_start.episodes > 0:
         sides.append(("warm_start.env_kwargs", config.warm_start.env_kwargs))
@@ -55,28 +53,6 @@ def validate_settings(config: Config, algo_settings: Any) -> None:
             except ModelNotFoundError as error:
                 raise ConfigError(f"{key}: {error}") from error
     check_workers(config)
-
-
-def check_teacher_test(config: Config, algo_settings: Any) -> None:
-    """The teacher test's rubrics must exist: the expert's plan on the evaluation side, a
-    readable rubric file, a placement it can use."""
-    from orsd_gym.algos.orsd.sources import load_rubric_file
-    from orsd_gym.train.teacher import rubric_context
-
-    test = config.eval
-    if test.teacher_test == "off" and test.teacher_episodes == 0:
-        return
-    rubric_context(test, algo_settings)
-    if test.teacher_test == "expert" and not configio.merge(config.env.kwargs, test.env_kwargs).get("expert"):
-        raise ConfigError(
-            "eval.teacher_test=expert restates the env's expert plan at reset: set eval.env_kwargs.expert=reset"
-        )
-    if test.teacher_rubric_file is not None:
-        try:
-            load_rubric_file(test.teacher_rubric_file)
-        except ConfigError as error:
-            message = str(error).replace("algo.per_algo.orsd.rubric_file", "eval.teacher_rubric_file")
-            raise ConfigError(message) from None
 
 
 def check_workers(config: Config) -> None:

@@ -7,11 +7,10 @@ Demonstrations are played through the same collector, prompts and masking as rol
 cloned tokens are exactly where the policy's own actions will later be; the loss is the mean
 negative log-likelihood of those tokens.
 
-A model that was never taught to follow guidance in its context cannot be helped by a rubric
-there (ORSD's teacher would play no better than its student). ``warm_start.rubric_share``
-teaches it: that share of the demonstrations shows the task's expert rubric in context (where
-ORSD's replay puts it), the rest none, so the cloned policy learns that a rubric tells it what
-to do. The teacher test (`orsd_gym.train.teacher`) measures whether it did.
+What the demonstrations show may be edited (a `PromptEdit` of demonstration ``n`` as group
+``n``): a run's probes give the edit (`orsd_gym.train.callbacks.TrainerCallback.demonstration_edit`;
+ORSD's rubric demonstrations, `orsd_gym.probes.rubric_demonstrations`, show a share of them
+with their task's expert rubric in context).
 """
 
 from __future__ import annotations
@@ -27,31 +26,23 @@ from safetensors.torch import load_file, save_file
 from orsd_gym import configio, progress
 from orsd_gym.policies.base import Policy
 from orsd_gym.profiling import phase
-from orsd_gym.rollout.collector import Teacher, collect, expert_teacher
+from orsd_gym.rollout.collector import PromptEdit, Teacher, collect, expert_teacher
 from orsd_gym.rollout.trajectory import Trajectory
 from orsd_gym.train.config import Config
 from orsd_gym.train.envs import close_envs, make_envs
 from orsd_gym.train.plan import TaskPlan
-from orsd_gym.train.teacher import RubricContext
 from orsd_gym.writable import write_with
 
 #: Where the warm-start file keeps its cloning metrics (safetensors metadata, a JSON string).
 METRICS_KEY = "orsd_gym.warm_start_metrics"
 
 
-def collect_demonstrations(config: Config, plan: TaskPlan, policy: Policy) -> list[Trajectory]:
+def collect_demonstrations(
+    config: Config, plan: TaskPlan, policy: Policy, edit: PromptEdit | None = None
+) -> list[Trajectory]:
     """Expert episodes on the plan's warm-start tasks (training tasks only), laid out exactly
-    like the policy's rollouts; ``warm_start.rubric_share`` of them (a seeded draw) with their
-    task's expert rubric in context."""
-    ws = config.warm_start
-    envs = make_envs(config.env, configio.merge(plan.train_kwargs, ws.env_kwargs), count=1)
-    count = len(plan.warm_start)
-    seed = ws.demonstration_seed(config.train.seed)
-    rng = np.random.default_rng(np.random.SeedSequence([seed, 0xBC, 2]))
-    with_rubric = {int(i) for i in rng.permutation(count)[: round(ws.rubric_share * count)]}
-    context = RubricContext(placement=ws.rubric_placement, max_criteria=ws.rubric_max_criteria)
-    env_id = config.env.id.rpartition(":")[2]  # without a "module:" prefix
-    edit = context.edit(lambda info, group: context.expert_rubric(info, env_id) if group in with_rubric else None)
+    like the policy's rollouts, their prompts edited by ``edit`` (demonstration ``n`` is group ``n``)."""
+    envs = make_envs(config.env, configio.merge(plan.train_kwargs, config.warm_start.env_kwargs), count=1)
     try:
         return collect(
             envs,
@@ -59,7 +50,7 @@ def collect_demonstrations(config: Config, plan: TaskPlan, policy: Policy) -> li
             [task.spec for task in plan.warm_start],
             group_size=1,
             options=config.rollout,
-            edit_prompt=edit if with_rubric else None,
+            edit_prompt=edit,
         )
     finally:
         close_envs(envs)
@@ -118,8 +109,11 @@ def _clone_epoch(
     return epoch_loss / epoch_tokens
 
 
-def ensure_warm_start(config: Config, plan: TaskPlan, policy: Policy, path: str | Path) -> dict[str, float] | None:
-    """Load the warm-start weights from ``path`` if they exist, else make and save them.
+def ensure_warm_start(
+    config: Config, plan: TaskPlan, policy: Policy, path: str | Path, edit: PromptEdit | None = None
+) -> dict[str, float] | None:
+    """Load the warm-start weights from ``path`` if they exist, else make and save them from
+    demonstrations edited by ``edit`` (see `collect_demonstrations`).
 
     Returns the cloning metrics, saved in the file beside the weights, so that every run
     starting from a shared warm start records what it was (None: a file without them). The file
@@ -133,7 +127,7 @@ def ensure_warm_start(config: Config, plan: TaskPlan, policy: Policy, path: str 
         return {**json.loads(saved), "warm_start/loaded": 1.0} if saved else None
     with phase("warm_start") as timer, progress.phase("warm start"):
         progress.step("playing the demonstrations")
-        demonstrations = collect_demonstrations(config, plan, policy)
+        demonstrations = collect_demonstrations(config, plan, policy, edit)
         metrics = clone(policy, demonstrations, config)
     metrics["warm_start/time"] = timer.seconds
     tensors = {k: v.detach().contiguous().cpu() for k, v in policy.state_dict().items()}

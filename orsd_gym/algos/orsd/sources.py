@@ -41,24 +41,24 @@ if TYPE_CHECKING:
 SHUFFLE_POOL_SIZE = 64
 
 
-def load_rubric_file(path: str | Path) -> dict[str, list[list[str]]]:
-    """``task key or "*" -> bundles`` from a YAML file; `ConfigError` naming what is wrong."""
+def load_rubric_file(path: str | Path, setting: str = "algo.per_algo.orsd.rubric_file") -> dict[str, list[list[str]]]:
+    """``task key or "*" -> bundles`` from a YAML file; `ConfigError` naming what is wrong and
+    the ``setting`` that named the file."""
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"algo.per_algo.orsd.rubric_file: {str(path)!r} does not exist")
+        raise ConfigError(f"{setting}: {str(path)!r} does not exist")
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as error:
-        raise ConfigError(f"algo.per_algo.orsd.rubric_file: {path} is not valid YAML: {error}") from error
+        raise ConfigError(f"{setting}: {path} is not valid YAML: {error}") from error
     if not isinstance(raw, Mapping) or not raw:
-        raise ConfigError(f"algo.per_algo.orsd.rubric_file: {path} must map task keys (or '*') to lists of criteria")
+        raise ConfigError(f"{setting}: {path} must map task keys (or '*') to lists of criteria")
     table: dict[str, list[list[str]]] = {}
     for key, value in raw.items():
         bundles = value if isinstance(value, list) and value and all(isinstance(v, list) for v in value) else [value]
         if not all(isinstance(b, list) and b and all(isinstance(c, str) and c.strip() for c in b) for b in bundles):
             raise ConfigError(
-                f"algo.per_algo.orsd.rubric_file: entry {key!r} of {path} must be a list of criteria (strings) "
-                "or a list of such lists"
+                f"{setting}: entry {key!r} of {path} must be a list of criteria (strings) or a list of such lists"
             )
         table[str(key)] = [[c.strip() for c in b] for b in bundles]
     return table

@@ -24,12 +24,13 @@ alone holds the outcome term, the correction term and their sum in turn, and the
 from the three norms: three passes, six with g(0). Either way a measurement holds no more than
 an update's micro-batch that accumulates into ``.grad`` does, plus that copy where it fits.
 
-`measure_gradient_share` is what the update runs every ``optim.gradient_share_every``
-iterations: the micro-batch is drawn (with the iteration's own seeded stream, so a resumed run
-draws the same) among the rows with an outcome signal, preferring those that also carry a
-correction, since a micro-batch without one has no outcome term to compare against; with no
-such row the diagnostic is skipped and says so (``grad_share/skipped``). Each pass is a forward
-and backward over that one micro-batch (at most ``optim.micro_batch_tokens`` tokens).
+`GradientShareProbe` runs `measure_gradient_share` every ``probes.gradient_share.every``
+iterations, after the update scored its loss inputs and before its first step: the micro-batch
+is drawn (with the iteration's own seeded stream, so a resumed run draws the same) among the
+rows with an outcome signal, preferring those that also carry a correction, since a
+micro-batch without one has no outcome term to compare against; with no such row the
+diagnostic is skipped and says so (``grad_share/skipped``). Each pass is a forward and
+backward over that one micro-batch (at most ``optim.micro_batch_tokens`` tokens).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ import dataclasses
 import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import numpy as np
 import torch
@@ -45,6 +47,10 @@ import torch
 from orsd_gym.algos.base import Algorithm, PreparedBatch
 from orsd_gym.policies.base import Policy
 from orsd_gym.policies.batching import longest_first, micro_batches
+from orsd_gym.profiling import phase
+from orsd_gym.train.callbacks import RunContext, TrainerCallback
+from orsd_gym.train.seeds import GRAD_SHARE, iteration_rng
+from orsd_gym.train.update import activation_budget
 
 #: 1 when the diagnostic was due but no row had an outcome signal (or none fit the memory
 #: budget), 0 when it measured.
@@ -277,3 +283,41 @@ def _dot(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
             end = start + _DOT_CHUNK
             total += float(torch.dot(x[start:end].double(), y[start:end].double()))
     return total
+
+
+@dataclasses.dataclass
+class GradientShareSettings:
+    """``probes.gradient_share``: the outcome's and ORSD's correction's share of the gradient."""
+
+    #: Every N iterations, measure the outcome's and ORSD's correction's share of the update's
+    #: gradient on one micro-batch with an outcome signal before updating (two to six extra
+    #: forward-backward passes, within ``optim.max_memory_gb``); 0: never.
+    every: int = 0
+
+    def __post_init__(self) -> None:
+        if self.every < 0:
+            raise ValueError(f"every must be >= 0, got {self.every}")
+
+
+class GradientShareProbe(TrainerCallback):
+    """``grad_share/*`` (and ``time/grad_share``) every ``every`` iterations, before the update's
+    first step (this worker's micro-batch)."""
+
+    section = "gradient_share"
+    Settings = GradientShareSettings
+    safe_changes = frozenset({"every"})
+    settings: GradientShareSettings
+
+    def before_update(self, run: RunContext, batch: PreparedBatch, iteration: int) -> dict[str, Any]:
+        every = self.settings.every
+        if not every or iteration % every:
+            return {}
+        optim = run.config.optim
+        with phase("grad_share") as timer:
+            rng = iteration_rng(run.config.train.seed, iteration, GRAD_SHARE, *run.workers.stream())
+            budget = activation_budget(run.policy, run.algorithm, optim)
+            share = measure_gradient_share(
+                run.policy, run.algorithm, batch, rng, token_budget=optim.micro_batch_tokens, activation_budget=budget
+            )
+        share["time/grad_share"] = timer.seconds
+        return share

@@ -5,7 +5,7 @@ without it (the student): the correction is the log-likelihood gap between the t
 only improve behaviour where the teacher plays better than the student, so every run can
 measure it directly:
 
-* **held out** (``eval.teacher_test``: ``expert`` or ``file``): after each evaluation the same
+* **held out** (``probes.teacher.test``: ``expert`` or ``file``): after each evaluation the same
   held-out tasks are played again, with the same seeds and decoding, once with each task's own
   rubric in context (``expert``: the env's expert plan at reset restated as criteria, the
   positive control's rubric; ``file``: a person's rubric file) and once with another held-out
@@ -13,7 +13,7 @@ measure it directly:
   without, paired by task; ``teacher/gain_vs_other`` the own rubric minus another task's. Where
   the own rubric beats both, the policy reads rubrics; this is the gate a study needs before it
   can ask whether ORSD moves behaviour.
-* **training** (``eval.teacher_episodes`` > 0): for every training group the algorithm gave a
+* **training** (``probes.teacher.episodes`` > 0): for every training group the algorithm gave a
   rubric (ORSD's selected, policy-written one), that many fresh episodes of the group's task
   with the rubric in context and as many without it, both sampled as the rollout samples (its
   temperature), from the group's reset seed and the same per-episode sampling seeds, so that
@@ -24,7 +24,7 @@ measure it directly:
   changes nothing would read as a gain or a loss.
 
 The rubric sits where ORSD's replay puts it (``rubric_placement``, ``rubric_template``) unless
-the eval config says otherwise. Teacher episodes (both arms) are measured, never trained on,
+``probes.teacher`` says otherwise. Teacher episodes (both arms) are measured, never trained on,
 and draw their sampling seeds from a stream of their own, so switching the test on changes no
 training number.
 """
@@ -33,11 +33,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
 
+from orsd_gym import configio
 from orsd_gym.algos.orsd.algorithm import task_key
 from orsd_gym.algos.orsd.expert_rubric import expert_bundle
 from orsd_gym.algos.orsd.replay import DEFAULT_RUBRIC_TEMPLATE, insert_rubric
@@ -46,12 +47,15 @@ from orsd_gym.algos.orsd.sources import file_bundles, load_rubric_file
 from orsd_gym.envs.base import EXPERT_ACTIONS
 from orsd_gym.envs.tasks import TaskSpec
 from orsd_gym.errors import ConfigError
+from orsd_gym.profiling import phase
 from orsd_gym.rollout.collector import PromptEdit, collect
 from orsd_gym.rollout.stats import episodes_of
 from orsd_gym.rollout.trajectory import Trajectory
+from orsd_gym.train.callbacks import RunContext, TrainerCallback
+from orsd_gym.train.seeds import EVAL, TEACHER, iteration_seed
 from orsd_gym.train.stats import mean_ci
 
-#: Criteria of an expert rubric when neither the eval config nor the algorithm says.
+#: Criteria of an expert rubric when neither ``probes.teacher`` nor the algorithm says.
 DEFAULT_MAX_CRITERIA = 4
 
 
@@ -82,20 +86,20 @@ class RubricContext:
         return expert_bundle(env_id, info.get(EXPERT_ACTIONS) or [], self.max_criteria)
 
 
-def rubric_context(eval_config: Any, algo_settings: Any) -> RubricContext:
-    """The context of ``eval_config``'s teacher test: its own placement and criteria count where
+def rubric_context(settings: TeacherSettings, algo_settings: Any) -> RubricContext:
+    """The context of the teacher test of ``settings``: its own placement and criteria count where
     set, else the algorithm's replay's (ORSD's ``rubric_placement``, ``rubric_template``,
     ``max_criteria``), else the defaults."""
-    placement = eval_config.teacher_placement or getattr(algo_settings, "rubric_placement", "system")
+    placement = settings.placement or getattr(algo_settings, "rubric_placement", "system")
     if placement not in ("system", "user"):
         raise ConfigError(
             f"the teacher test puts the rubric in the 'system' or 'user' message, not {placement!r}: "
-            "set eval.teacher_placement"
+            "set probes.teacher.placement"
         )
     return RubricContext(
         placement=placement,
         template=getattr(algo_settings, "rubric_template", DEFAULT_RUBRIC_TEMPLATE),
-        max_criteria=eval_config.teacher_max_criteria or getattr(algo_settings, "max_criteria", DEFAULT_MAX_CRITERIA),
+        max_criteria=settings.max_criteria or getattr(algo_settings, "max_criteria", DEFAULT_MAX_CRITERIA),
     )
 
 
@@ -103,7 +107,7 @@ def held_out_rubrics(
     trajectories: Sequence[Trajectory], source: str, context: RubricContext, rubric_file: str | None = None
 ) -> dict[str, list[str]]:
     """Task key -> that task's own rubric, for the tasks ``trajectories`` played (those with one)."""
-    table = load_rubric_file(rubric_file) if source == "file" and rubric_file else {}
+    table = load_rubric_file(rubric_file, "probes.teacher.rubric_file") if source == "file" and rubric_file else {}
     rubrics: dict[str, list[str]] = {}
     for trajectory in episodes_of(trajectories):
         key = task_key(trajectory)
@@ -238,8 +242,8 @@ def training_teacher_metrics(pairs: Sequence[Mapping[str, Any]]) -> dict[str, fl
     }
 
 
-def teacher_episodes(envs: Any, policy: Any, config: Any, seed: int) -> Callable[..., list[Trajectory]]:
-    """``play(firsts, edit)``: ``eval.teacher_episodes`` sampled episodes of each group's task
+def teacher_episodes(envs: Any, policy: Any, config: Any, episodes: int, seed: int) -> Callable[..., list[Trajectory]]:
+    """``play(firsts, edit)``: ``episodes`` sampled episodes of each group's task
     (given by its first attempt: task and reset seed) with the prompt edit (None: without),
     played like the group's own attempts (the rollout's temperature); never trained on.
 
@@ -253,10 +257,96 @@ def teacher_episodes(envs: Any, policy: Any, config: Any, seed: int) -> Callable
                 envs,
                 policy,
                 [TaskSpec(t.seed, t.task_id if t.task_id >= 0 else None) for t in firsts],
-                group_size=config.eval.teacher_episodes,
+                group_size=episodes,
                 sampling=config.rollout.sampling(config.rollout.temperature, seed),
                 options=config.rollout,
                 edit_prompt=edit,
             )
 
     return play
+
+
+@dataclass
+class TeacherSettings:
+    """``probes.teacher``: the teacher test on held-out tasks and on training groups."""
+
+    #: After each evaluation, the held-out tasks played again with each task's own rubric in
+    #: context and with another task's. "expert": the env's expert plan restated (the eval
+    #: side's env needs ``expert``, e.g. ``eval.env_kwargs.expert=reset``); "file":
+    #: ``rubric_file`` (task key or "*" -> criteria, as ORSD's rubric_file).
+    test: Literal["off", "expert", "file"] = "off"
+    #: The rubric file of ``test: file`` (YAML: task key or "*" -> list of criteria).
+    rubric_file: str | None = None
+    #: Where the rubric goes (None: as the algorithm's replay does, ORSD's rubric_placement;
+    #: else system).
+    placement: Literal["system", "user"] | None = None
+    #: Criteria an expert rubric keeps in the teacher test (None: the algorithm's max_criteria, else 4).
+    max_criteria: int | None = None
+    #: Per training group the algorithm gave a rubric, this many fresh episodes of its task with
+    #: the rubric in context and as many without, from the same seeds, paired by group
+    #: (``teacher/train_gain``; 0: off; measured, never trained on).
+    episodes: int = 0
+
+    def __post_init__(self) -> None:
+        if (self.test == "file") != (self.rubric_file is not None):
+            raise ValueError("rubric_file is needed by test='file' and used by it only")
+        if self.episodes < 0:
+            raise ValueError(f"episodes must be >= 0, got {self.episodes}")
+        if self.max_criteria is not None and self.max_criteria < 1:
+            raise ValueError(f"max_criteria must be >= 1, got {self.max_criteria}")
+
+
+class TeacherProbe(TrainerCallback):
+    """The teacher test after each evaluation (``teacher/*`` in ``eval.jsonl``, the per-task
+    record in ``teacher.jsonl``) and the training teacher pairs after each `prepare`."""
+
+    section = "teacher"
+    Settings = TeacherSettings
+    safe_changes = frozenset({"test", "rubric_file", "placement", "max_criteria"})
+    settings: TeacherSettings
+
+    def check_config(self, config: Any, algo_settings: Any) -> None:
+        """The teacher test's rubrics must exist: the expert's plan on the evaluation side, a
+        readable rubric file, a placement it can use."""
+        test = self.settings
+        if test.test == "off" and test.episodes == 0:
+            return
+        rubric_context(test, algo_settings)
+        if test.test == "expert" and not configio.merge(config.env.kwargs, config.eval.env_kwargs).get("expert"):
+            raise ConfigError(
+                "probes.teacher.test=expert restates the env's expert plan at reset: set eval.env_kwargs.expert=reset"
+            )
+        if test.rubric_file is not None:
+            load_rubric_file(test.rubric_file, "probes.teacher.rubric_file")
+
+    def after_prepare(self, run: RunContext, batch: Any, iteration: int) -> dict[str, float]:
+        """Fresh episodes of each shaped group's task with its rubric in context and without it,
+        paired by group (each worker its own groups; worker 0 gets the metrics)."""
+        if self.settings.episodes == 0:
+            return {}
+        config = run.config
+        seed = iteration_seed(config.train.seed, iteration, TEACHER)
+        play = teacher_episodes(run.training_envs(), run.policy, config, self.settings.episodes, seed)
+        with phase("teacher"):
+            context = rubric_context(self.settings, run.algo_settings)
+            pairs = training_teacher_pairs(play, batch.trajectories, batch.audit, context)
+        everyone = run.workers.gather(pairs)
+        return training_teacher_metrics([p for part in everyone for p in part]) if everyone is not None else {}
+
+    def after_evaluation(
+        self, run: RunContext, baseline: Sequence[Trajectory], iteration: int
+    ) -> tuple[dict[str, float], dict[str, Any]]:
+        """The held-out tasks replayed with their own and other tasks' rubrics."""
+        if self.settings.test == "off":
+            return {}, {}
+        seed = iteration_seed(run.config.train.seed, iteration, EVAL)
+        with phase("teacher"):
+            return teacher_test(
+                lambda edit: run.evaluate(seed, edit),
+                baseline,
+                rubric_context(self.settings, run.algo_settings),
+                self.settings.test,
+                seed=iteration_seed(run.config.train.seed, iteration, TEACHER),
+                rubric_file=self.settings.rubric_file,
+                broadcast=lambda value: run.workers.all_gather(value)[0],
+            )
