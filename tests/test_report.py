@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from orsd_gym.algos.base import ALGORITHMS, register_algorithm
+from orsd_gym.algos.grpo import GRPO
 from orsd_gym.experiments.compare import RunResult
 from orsd_gym.experiments.power import minimum_detectable_difference
 from orsd_gym.experiments.report import effect_statement, print_summary, rewrite_report, summarise, write_report
@@ -125,6 +127,31 @@ def test_summary_pairs_by_seed_and_writes_report(tmp_path):
     assert "before clipping" in text and "orsd-seed1: 4.00" in text and "grpo-seed0: 0.50" in text
     assert (tmp_path / "success_curve.png").stat().st_size > 1000
     assert json.loads((tmp_path / "results.json").read_text())["algos"] == ["grpo", "orsd"]
+
+
+def test_an_algorithm_of_ones_own_declares_what_the_report_keeps_and_says(tmp_path):
+    class Greedy(GRPO):
+        name = "greedy_report_test"
+        run_summaries = {"greedy_temperature": "greedy/temperature"}
+
+        @classmethod
+        def signal_lines(cls, summary):
+            kept = [
+                f"{n}: {r['greedy_temperature']:.1f}" for n, r in summary["runs"].items() if r["greedy_temperature"]
+            ]
+            return ["Greedy's temperature, per run: " + ", ".join(kept) + "."]
+
+    register_algorithm(Greedy)
+    try:
+        results = [_run("grpo", 0, [0.0, 0.2], tmp_path), _run("greedy_report_test", 0, [0.0, 0.3], tmp_path)]
+        results[1].metrics[0]["greedy/temperature"] = 0.5
+        summary = summarise(results)
+        assert summary["runs"]["greedy_report_test-seed0"]["greedy_temperature"] == 0.5
+        assert summary["runs"]["grpo-seed0"]["greedy_temperature"] is None
+        text = write_report(tmp_path, Config(), results).read_text()
+        assert "Greedy's temperature, per run: greedy_report_test-seed0: 0.5." in text
+    finally:
+        del ALGORITHMS["greedy_report_test"]
 
 
 def test_report_counts_overlap_across_runs_and_repeats_warnings(tmp_path):

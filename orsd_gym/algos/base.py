@@ -107,6 +107,16 @@ class Algorithm(ABC):
     #: Named variants a comparison arm can select as ``<name>:<variant>`` (ORSD's controls,
     #: ``orsd:expert``): variant -> the settings it stands for, under any the arm adds.
     variants: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
+    #: What a comparison report keeps of each run's metrics for this algorithm: the run
+    #: summary's key -> the metric whose mean over iterations it holds (None in a run that
+    #: logged none, e.g. another algorithm's). `signal_lines` reads them.
+    run_summaries: ClassVar[Mapping[str, str]] = {}
+
+    @classmethod
+    def signal_lines(cls, summary: Mapping[str, Any]) -> list[str]:
+        """The lines this algorithm adds to a comparison report's learning-signal section, from
+        the report's summary (``runs``: run name -> its summary, ``algos``: the arms)."""
+        return []
 
     def __init__(self, config: Any = None, *, reference: Policy | None = None, verifier: Policy | None = None) -> None:
         self.config = coerce_config(self.config_class, config)
@@ -224,6 +234,16 @@ def algorithm_variants() -> dict[str, dict[str, Any]]:
         for name in registered_algorithms()
         for variant, settings in ALGORITHMS[name].variants.items()
     }
+
+
+def declared_run_summaries() -> dict[str, str]:
+    """Every registered algorithm's `Algorithm.run_summaries`, as one map."""
+    return {key: metric for name in registered_algorithms() for key, metric in ALGORITHMS[name].run_summaries.items()}
+
+
+def registered_signal_lines(summary: Mapping[str, Any]) -> list[str]:
+    """Every registered algorithm's `Algorithm.signal_lines` for a report's summary, in name order."""
+    return [line for name in registered_algorithms() for line in ALGORITHMS[name].signal_lines(summary)]
 
 
 def make_algorithm(

@@ -24,7 +24,7 @@ Anchor groups never leave a task's group, which data-parallel workers never spli
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -140,6 +140,31 @@ class GiGPO(GRPO):
     name = "gigpo"
     config_class = GiGPOConfig
     config: GiGPOConfig
+    run_summaries = {
+        "gigpo_anchored_turn_frac": "gigpo/anchored_turn_frac",
+        "gigpo_anchor_group_size": "gigpo/anchor_group_size",
+        "gigpo_step_adv_abs_mean": "gigpo/step_adv_abs_mean",
+        "gigpo_episode_adv_abs_mean": "gigpo/episode_adv_abs_mean",
+    }
+
+    @classmethod
+    def signal_lines(cls, summary: Mapping[str, Any]) -> list[str]:
+        """The share of training turns in an anchor group of more than one turn (the only turns
+        it can give a step advantage), and the step advantage beside the episode's."""
+        anchored = [
+            f"{name}: {run['gigpo_anchored_turn_frac']:.2f} (mean anchor group {run['gigpo_anchor_group_size']:.2f} "
+            f"turns; mean |step advantage| {run['gigpo_step_adv_abs_mean']:.3f} beside |episode advantage| "
+            f"{run['gigpo_episode_adv_abs_mean']:.3f})"
+            for name, run in summary["runs"].items()
+            if run.get("gigpo_anchored_turn_frac") is not None
+        ]
+        if not anchored:
+            return []
+        return [
+            "Share of GiGPO's training turns in an anchor group of more than one turn (a state another turn of the "
+            "task's group also acted in), per run, with the advantages per turn: " + ", ".join(anchored) + ". "
+            "Where the share is small, GiGPO's advantages are GRPO's."
+        ]
 
     def prepare(
         self,

@@ -20,6 +20,7 @@ import numpy as np
 import yaml
 
 from orsd_gym import jsonio
+from orsd_gym.algos.base import declared_run_summaries
 from orsd_gym.experiments.learning_signal import signal_lines
 from orsd_gym.experiments.plots import METRIC_RANGES, coinciding_arms, plot_curves
 from orsd_gym.experiments.power import MDD_LEGEND, add_power, detectable_sentence, power_tag
@@ -75,13 +76,7 @@ def summarise(results: list[Any]) -> dict[str, Any]:
                     {"iteration": e["iteration"], "env_steps": e["env_steps"], **{k: e.get(k) for _, k in METRICS}}
                     for e in r.evals
                 ],
-                "orsd_rubric_frac": _mean_metric(r.metrics, "orsd/rubric_frac"),
-                "orsd_abs_delta_mean": _mean_metric(r.metrics, "orsd/abs_delta_mean"),
-                "credit_alignment": _mean_metric(r.metrics, "orsd/credit_alignment"),
-                "gigpo_anchored_turn_frac": _mean_metric(r.metrics, "gigpo/anchored_turn_frac"),
-                "gigpo_anchor_group_size": _mean_metric(r.metrics, "gigpo/anchor_group_size"),
-                "gigpo_step_adv_abs_mean": _mean_metric(r.metrics, "gigpo/step_adv_abs_mean"),
-                "gigpo_episode_adv_abs_mean": _mean_metric(r.metrics, "gigpo/episode_adv_abs_mean"),
+                **{key: _mean_metric(r.metrics, metric) for key, metric in declared_run_summaries().items()},
                 "grad_norm": _mean_metric(r.metrics, "loss/grad_norm"),
                 # A classic-RL baseline's run has no training iterations (see `orsd_gym.experiments.baseline_runs`).
                 "baseline_env_steps_per_second": _mean_metric(r.metrics, "baseline/env_steps_per_second"),

@@ -40,6 +40,7 @@ from orsd_gym.algos.orsd.records import audit_record, batch_metrics, capped_frac
 from orsd_gym.algos.orsd.replay import replay_deltas
 from orsd_gym.algos.orsd.rubrics import format_rubric
 from orsd_gym.algos.orsd.shaping import centre_delta, group_delta_scale, shape_advantages
+from orsd_gym.algos.orsd.signal import RUN_SUMMARIES, orsd_signal_lines
 from orsd_gym.algos.orsd.sources import Lending, ShuffledRubrics, make_source
 from orsd_gym.algos.orsd.verifier import Verifier
 from orsd_gym.policies.base import Policy
@@ -57,6 +58,11 @@ class ORSD(GRPO):
     summed_metrics = frozenset({"num_groups", "orsd/bundles_parsed"})
     #: An arm per rubric source: ``orsd:expert`` and ``orsd:shuffled`` are the controls.
     variants = {source: {"rubric_source": source} for source in get_args(RubricSource)}
+    run_summaries = RUN_SUMMARIES
+
+    @classmethod
+    def signal_lines(cls, summary: Mapping[str, Any]) -> list[str]:
+        return orsd_signal_lines(summary)
 
     def __init__(self, config=None, *, reference: Policy | None = None, verifier: Policy | None = None) -> None:
         super().__init__(config, reference=reference, verifier=verifier)
