@@ -12,7 +12,7 @@ from resumable_env import ENV_ID
 from orsd_gym import configio
 from orsd_gym.cli.config import explain
 from orsd_gym.probes import probes_for, run_records
-from orsd_gym.train.config import PREDATING_BEHAVIOUR, Config, load_config
+from orsd_gym.train.config import PREDATING_BEHAVIOUR, Config, default_record, load_config, run_record
 from orsd_gym.train.rundir import config_differences
 from orsd_gym.train.trainer import Trainer
 
@@ -160,3 +160,15 @@ def test_every_probe_setting_has_help():
 
     for probe in PROBES:
         assert missing_help(probe.Settings) == [], probe.section
+
+
+def test_a_process_without_probes_resumes_a_run_recorded_with_them():
+    # Recorded by `orsd-gym train` (its probes' settings saved), resumed by a Trainer built
+    # without callbacks: the probes' settings say what was measured, not what is trained.
+    config = load_config(None, ["model.name=tiny-random"])
+    with_probes, defaults = run_records(config)
+    assert "probes" in with_probes
+    assert config_differences(with_probes, run_record(config), default_record(config.algo.name)) == {}
+    # Two processes that both measure still compare every probe setting.
+    changed = load_config(None, ["model.name=tiny-random", "probes.teacher.episodes=2"])
+    assert set(config_differences(with_probes, run_records(changed)[0], defaults)) == {"probes.teacher.episodes"}

@@ -317,7 +317,14 @@ def config_differences(
     saved: Mapping[str, Any], requested: Mapping[str, Any], defaults: Mapping[str, Any] | None = None
 ) -> dict[str, tuple[Any, Any]]:
     """Dotted key -> (saved, requested) for every leaf setting that differs (`IGNORED` aside); a
-    key ``saved`` lacks takes its value in ``defaults``, when given."""
+    key ``saved`` lacks takes its value in ``defaults``, when given.
+
+    A request with no ``probes`` (a process handed no probe, e.g. a `Trainer` built without
+    ``callbacks``; it refuses any ``probes.*`` setting) does not compare the run's recorded probe
+    settings: they only say what the run measured beside training, and such a process measures
+    nothing."""
+    if "probes" not in requested:
+        saved = {key: value for key, value in saved.items() if key != "probes"}
     left, right = _flatten(configio.rename_keys(saved, Config.renamed_keys)), _flatten(requested)
     if defaults is not None:
         # A default stands in only where the run saved nothing under that key: a default `{}`
