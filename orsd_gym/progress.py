@@ -179,6 +179,14 @@ def step(text: str) -> None:
         reporter.say(f"{reporter.where()}: started")
 
 
+def announce(text: str) -> None:
+    """A line now, through the active reporter (timestamped as progress lines are), else to standard error."""
+    if _active is not None:
+        _active.say(text)
+    else:
+        _to_stderr(text)
+
+
 def note(text: str) -> None:
     """How far the innermost open phase is (printed with its next line)."""
     reporter = _active

@@ -6,9 +6,12 @@ import pytest
 
 pytest.importorskip("textworld")
 
+import torch  # noqa: E402
+
 from orsd_gym.policies.models import load_policy  # noqa: E402
 from orsd_gym.probes import probes_for  # noqa: E402
 from orsd_gym.probes.teacher import RubricContext  # noqa: E402
+from orsd_gym.train import warm_start  # noqa: E402
 from orsd_gym.train.callbacks import demonstration_edit  # noqa: E402
 from orsd_gym.train.config import load_config  # noqa: E402
 from orsd_gym.train.plan import build_task_plan  # noqa: E402
@@ -87,3 +90,60 @@ def test_a_rubric_share_of_the_demonstrations_carries_the_expert_rubric(setup):
         assert rubric and all(criterion in user for criterion in rubric)
     # The same tasks and the same expert actions; only the context of the marked ones differs.
     assert [(d.task_id, d.actions) for d in demos] == [(d.task_id, d.actions) for d in plain]
+
+
+def _fresh_clone(config, demos, path, seed):
+    policy = load_policy("tiny-random")
+    torch.manual_seed(seed)
+    metrics = clone(policy, demos, config, path)
+    return policy.state_dict(), metrics
+
+
+def test_an_interrupted_cloning_continues_exactly_where_it_stood(tmp_path, setup, monkeypatch):
+    config, _, _, demos = setup
+    config = load_config(None, [*EASY_ALFWORLD, "warm_start.batch_size=1", "model.lora.dropout=0.5"])
+    whole, whole_metrics = _fresh_clone(config, demos, None, seed=7)
+
+    saves = []
+    real_save = warm_start.save_progress
+
+    def save_then_stop(*args):
+        real_save(*args)
+        saves.append(args[1].epoch)
+        if len(saves) == 4:  # the first step of the second epoch
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(warm_start, "SAVE_EVERY_SECONDS", 0.0)
+    monkeypatch.setattr(warm_start, "save_progress", save_then_stop)
+    path = tmp_path / "ws.progress.safetensors"
+    with pytest.raises(KeyboardInterrupt):
+        _fresh_clone(config, demos, path, seed=7)
+    assert saves == [0, 0, 1, 1] and path.is_file()
+
+    # Another process, another torch seed: the saved random states and moments are what count.
+    resumed, resumed_metrics = _fresh_clone(config, demos, path, seed=12345)
+    assert resumed_metrics == whole_metrics
+    assert all(torch.equal(resumed[k], whole[k]) for k in whole)
+
+
+def test_progress_made_for_other_settings_is_not_continued(tmp_path, setup, monkeypatch, capsys):
+    config, _, _, demos = setup
+    monkeypatch.setattr(warm_start, "SAVE_EVERY_SECONDS", 0.0)
+    path = tmp_path / "ws.progress.safetensors"
+    other = load_config(None, [*EASY_ALFWORLD, "warm_start.lr=1e-3"])
+    _fresh_clone(other, demos, path, seed=0)
+    assert path.is_file()
+    expected, _ = _fresh_clone(config, demos, None, seed=0)
+    started_over, _ = _fresh_clone(config, demos, path, seed=0)
+    assert all(torch.equal(started_over[k], expected[k]) for k in expected)
+    assert "is not used: it was made for other demonstrations or cloning settings" in capsys.readouterr().err
+    path.write_bytes(b"torn")
+    _fresh_clone(config, demos, path, seed=0)
+    assert "is not used: it cannot be read" in capsys.readouterr().err
+
+
+def test_a_finished_warm_start_leaves_no_progress_file(tmp_path, setup):
+    config, plan, _, _ = setup
+    path = tmp_path / "ws.safetensors"
+    ensure_warm_start(config, plan, load_policy("tiny-random"), path)
+    assert path.is_file() and list(tmp_path.iterdir()) == [path]

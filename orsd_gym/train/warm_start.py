@@ -16,6 +16,7 @@ with their task's expert rubric in context).
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +29,14 @@ from orsd_gym.policies.base import Policy
 from orsd_gym.profiling import phase
 from orsd_gym.rollout.collector import PromptEdit, Teacher, collect, expert_teacher
 from orsd_gym.rollout.trajectory import Trajectory
+from orsd_gym.train.clone_progress import (
+    SAVE_EVERY_SECONDS,
+    CloneProgress,
+    fingerprint,
+    load_progress,
+    progress_path,
+    save_progress,
+)
 from orsd_gym.train.config import Config
 from orsd_gym.train.envs import close_envs, make_envs
 from orsd_gym.train.plan import TaskPlan
@@ -56,20 +65,27 @@ def collect_demonstrations(
         close_envs(envs)
 
 
-def clone(policy: Policy, demonstrations: list[Trajectory], config: Config) -> dict[str, float]:
-    """Fit the policy to the successful demonstrations; return metrics."""
+def clone(
+    policy: Policy, demonstrations: list[Trajectory], config: Config, progress_file: Path | None = None
+) -> dict[str, float]:
+    """Fit the policy to the successful demonstrations; return metrics. With ``progress_file``
+    the cloning saves its progress there as it goes and continues from what it finds there
+    (`orsd_gym.train.clone_progress`: exactly as if it had not stopped)."""
     ws = config.warm_start
     demos = [d for d in demonstrations if d.success]
     if not demos:
         raise RuntimeError("the expert won none of the warm-start episodes; check the env's expert (expert=True)")
     optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=ws.lr, weight_decay=0.0)
-    rng = np.random.default_rng(np.random.SeedSequence([ws.demonstration_seed(config.train.seed), 0xBC, 1]))
-    losses = []
+    seed = ws.demonstration_seed(config.train.seed)
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 0xBC, 1]))
+    settings = {"lr": ws.lr, "batch_size": ws.batch_size, "grad_clip": config.optim.grad_clip, "seed": seed}
+    saver = _ProgressSaver(progress_file, policy, optimizer, fingerprint(demos, settings))
+    state = saver.restore()
     policy.set_training(True)
     try:
-        for epoch in range(ws.epochs):
-            progress.step(f"cloning, epoch {epoch + 1}/{ws.epochs}")
-            losses.append(_clone_epoch(policy, demos, optimizer, rng, config))
+        while state.epoch < ws.epochs:
+            progress.step(f"cloning, epoch {state.epoch + 1}/{ws.epochs}")
+            _clone_epoch(policy, demos, optimizer, rng, config, state, saver)
     finally:
         policy.set_training(False)
         # The gradients are not needed again before the first update: free them for the rollouts.
@@ -78,20 +94,60 @@ def clone(policy: Policy, demonstrations: list[Trajectory], config: Config) -> d
     return {
         "warm_start/demos": float(len(demos)),
         "warm_start/expert_success": len(demos) / len(demonstrations),
-        "warm_start/first_epoch_nll": losses[0],
-        "warm_start/last_epoch_nll": losses[-1],
+        "warm_start/first_epoch_nll": state.losses[0],
+        "warm_start/last_epoch_nll": state.losses[-1],
         "warm_start/demos_with_rubric": float(sum(1 for d in demos if d.extra.get("privileged_prompt"))),
     }
 
 
+class _ProgressSaver:
+    """Saves the cloning's progress to a file (none: ``path`` None) at every epoch's end and
+    after a step once `SAVE_EVERY_SECONDS` have passed since the last save."""
+
+    def __init__(self, path: Path | None, policy: Policy, optimizer: torch.optim.Optimizer, mark: str) -> None:
+        self.path, self.policy, self.optimizer, self.mark = path, policy, optimizer, mark
+        self.last = time.monotonic()
+
+    def restore(self) -> CloneProgress:
+        """The progress saved at ``path`` (loaded into the policy and optimiser), else a fresh start."""
+        if self.path is None:
+            return CloneProgress()
+        state, unused = load_progress(self.path, self.policy, self.optimizer, self.mark)
+        if unused:
+            progress.announce(f"cloning from the start: the progress in {self.path} is not used: {unused}")
+        if state is None:
+            return CloneProgress()
+        where = f"epoch {state.epoch + 1}, step {state.next_batch + 1}"
+        progress.announce(f"continuing the cloning from {self.path}: {where}")
+        return state
+
+    def __call__(self, state: CloneProgress, epoch_done: bool) -> None:
+        if self.path is None or not (epoch_done or time.monotonic() - self.last >= SAVE_EVERY_SECONDS):
+            return
+        save_progress(self.path, state, self.policy, self.optimizer, self.mark)
+        self.last = time.monotonic()
+
+
 def _clone_epoch(
-    policy: Policy, demos: list[Trajectory], optimizer: torch.optim.Optimizer, rng: np.random.Generator, config: Config
-) -> float:
-    """One pass over the demonstrations; returns the mean NLL per cloned token."""
+    policy: Policy,
+    demos: list[Trajectory],
+    optimizer: torch.optim.Optimizer,
+    rng: np.random.Generator,
+    config: Config,
+    state: CloneProgress,
+    save: _ProgressSaver,
+) -> None:
+    """The rest of one pass over the demonstrations, from ``state``; ``state`` then stands at the
+    next epoch, this one's mean NLL per cloned token appended to its losses."""
+    if state.epoch_rng is None:
+        state.epoch_rng = rng.bit_generator.state
+    else:  # continued: draw this epoch's order again, as the uninterrupted loop drew it
+        rng.bit_generator.state = state.epoch_rng
     order = rng.permutation(len(demos))
-    epoch_loss, epoch_tokens = 0.0, 0
-    for start in range(0, len(demos), config.warm_start.batch_size):
-        batch = [demos[i] for i in order[start : start + config.warm_start.batch_size]]
+    size = config.warm_start.batch_size
+    starts = range(0, len(demos), size)
+    for index in range(state.next_batch, len(starts)):
+        batch = [demos[i] for i in order[starts[index] : starts[index] + size]]
         tokens = sum(sum(d.loss_mask) for d in batch)
         optimizer.zero_grad(set_to_none=True)
         batch_loss = 0.0
@@ -104,9 +160,14 @@ def _clone_epoch(
             batch_loss += loss.item()
         torch.nn.utils.clip_grad_norm_(policy.trainable_parameters(), config.optim.grad_clip or float("inf"))
         optimizer.step()
-        epoch_loss += batch_loss * tokens
-        epoch_tokens += tokens
-    return epoch_loss / epoch_tokens
+        state.epoch_loss += batch_loss * tokens
+        state.epoch_tokens += tokens
+        state.next_batch = index + 1
+        if state.next_batch == len(starts):
+            state.losses.append(state.epoch_loss / state.epoch_tokens)
+            state.epoch, state.next_batch, state.epoch_rng = state.epoch + 1, 0, None
+            state.epoch_loss, state.epoch_tokens = 0.0, 0
+        save(state, epoch_done=state.next_batch == 0 and state.epoch < config.warm_start.epochs)
 
 
 def ensure_warm_start(
@@ -128,7 +189,7 @@ def ensure_warm_start(
     with phase("warm_start") as timer, progress.phase("warm start"):
         progress.step("playing the demonstrations")
         demonstrations = collect_demonstrations(config, plan, policy, edit)
-        metrics = clone(policy, demonstrations, config)
+        metrics = clone(policy, demonstrations, config, progress_path(path))
     metrics["warm_start/time"] = timer.seconds
     tensors = {k: v.detach().contiguous().cpu() for k, v in policy.state_dict().items()}
     size = sum(t.numel() * t.element_size() for t in tensors.values())
@@ -138,4 +199,5 @@ def ensure_warm_start(
         lambda partial: save_file(tensors, partial, metadata={METRICS_KEY: json.dumps(metrics)}),
         size=size,
     )
+    progress_path(path).unlink(missing_ok=True)  # what it saved is in the warm start now
     return metrics
