@@ -64,6 +64,7 @@ class CachedForward:
             input_ids[i, width - len(suffix) :] = torch.tensor(suffix, device=self.device)
         cache = batch_cache(sources, reuse, cached, self.num_layers, width + room)
         count("prefill_tokens", sum(len(suffix) for suffix in suffixes))
+        count("prefill_positions", len(contexts) * width)  # pads included: the batch's padding waste
         return self.step(input_ids, mask, cache, cached), reuse, shared, cache, mask
 
     def prefix_sources(

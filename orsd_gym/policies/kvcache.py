@@ -152,15 +152,29 @@ def batch_cache(
     return cache
 
 
+def keep_rows(cache: DynamicCache, rows: torch.Tensor) -> None:
+    """Keep only batch rows ``rows`` (an index tensor) of a `batch_cache`, in that order, with
+    the room it had left: later steps then compute nothing for the rows dropped."""
+    for layer in cache.layers:
+        assert isinstance(layer, ReservedLayer) and layer.key_buffer is not None and layer.value_buffer is not None
+        layer.reserve(layer.key_buffer.index_select(0, rows), layer.value_buffer.index_select(0, rows), layer.length)
+
+
 def store_sessions(
-    sessions: Sequence[KVSession], cache: DynamicCache, mask: torch.Tensor, tokens: Sequence[list[int]]
+    sessions: Sequence[KVSession],
+    cache: DynamicCache,
+    mask: torch.Tensor,
+    tokens: Sequence[list[int]],
+    rows: Sequence[int] | None = None,
 ) -> None:
-    """Write row ``i`` of ``cache`` (its mask-1 positions, which hold ``tokens[i]``) to ``sessions[i]``."""
+    """Write row ``rows[j]`` (None: row ``j``) of ``cache`` (its mask-1 positions, which hold
+    ``tokens[j]``) to ``sessions[j]``."""
     layers = [(layer.keys, layer.values) for layer in cache.layers]
-    for i, session in enumerate(sessions):
+    for j, session in enumerate(sessions):
+        i = j if rows is None else rows[j]
         keep = mask[i].nonzero().squeeze(-1)
-        if keep.numel() != len(tokens[i]):  # never expected; a stale session is just dropped
+        if keep.numel() != len(tokens[j]):  # never expected; a stale session is just dropped
             session.clear()
             continue
-        session.token_ids = tokens[i]
+        session.token_ids = tokens[j]
         session.layers = [(k[i : i + 1, :, keep].clone(), v[i : i + 1, :, keep].clone()) for k, v in layers]
