@@ -160,6 +160,30 @@ def keep_rows(cache: DynamicCache, rows: torch.Tensor) -> None:
         layer.reserve(layer.key_buffer.index_select(0, rows), layer.value_buffer.index_select(0, rows), layer.length)
 
 
+def write_suffixes(
+    cache: DynamicCache, batch: int, rows: Sequence[int], part: DynamicCache, lengths: Sequence[int], end: int
+) -> None:
+    """Copy into rows ``rows`` of ``cache`` (a `batch_cache` of ``batch`` rows) the last
+    ``lengths[j]`` positions of row ``j`` of ``part`` (a cache of those rows, in that order),
+    right-aligned at ``end``; ``cache`` then holds ``end`` positions (a row's positions before
+    its own are pads, masked)."""
+    for layer, piece in zip(cache.layers, part.layers, strict=True):
+        assert isinstance(layer, ReservedLayer) and isinstance(piece, ReservedLayer)
+        if layer.key_buffer is None:  # nothing was cached before this call: the batch's buffers
+            _, heads, _, dim = piece.keys.shape
+            layer.reserve(
+                piece.keys.new_zeros(batch, heads, layer.capacity, dim),
+                piece.values.new_zeros(batch, heads, layer.capacity, piece.values.shape[-1]),
+                0,
+            )
+        assert layer.key_buffer is not None and layer.value_buffer is not None
+        for j, (i, n) in enumerate(zip(rows, lengths, strict=True)):
+            layer.key_buffer[i, :, end - n : end] = piece.keys[j, :, piece.length - n :]
+            layer.value_buffer[i, :, end - n : end] = piece.values[j, :, piece.length - n :]
+        layer.length = end
+        layer._expose()
+
+
 def store_sessions(
     sessions: Sequence[KVSession],
     cache: DynamicCache,
