@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -170,6 +171,7 @@ def update_matmul_gflop(policy, trajectories: list) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="finished-rows-") as workdir:
         config = build_config(args, Path(workdir))
         with profiling.profiling() as setup:
@@ -193,8 +195,10 @@ def main(argv: list[str] | None = None) -> int:
         def evaluation() -> list:
             return evaluate(policy, trainer.eval_envs, trainer.plan, config, seed=0)[0]
 
-        results = {"rollout": side_by_side(policy, rollout, args.repeats)}
-        results["eval"] = side_by_side(policy, evaluation, args.repeats)
+        results = {}
+        for part, play in (("rollout", rollout), ("eval", evaluation)):
+            results[part] = side_by_side(policy, play, args.repeats)
+            report_part(part, results[part])
         with profiling.profiling() as iteration:
             trainer.run()
     phases = {path: stats.seconds for path, stats in iteration.phases.items()}
@@ -210,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     update = update_matmul_gflop(policy, rollout_trajectories)
     throughput = matmul_gflops(args.threads)
     record = {
+        "load_average": {"start": load_before, "end": os.getloadavg()},
         "setup_seconds": {path: stats.seconds for path, stats in setup.phases.items()},
         "rollout": results["rollout"],
         "eval": results["eval"],
@@ -220,27 +225,30 @@ def main(argv: list[str] | None = None) -> int:
         "update_matmuls": update | {"cpu_gflops": throughput, "lower_bound_seconds": update["gflop"] / throughput},
     }
     report(record)
+    print(f"load average (1, 5, 15 min): {load_before} at the start, {record['load_average']['end']} at the end")
     if args.json:
         Path(args.json).write_text(json.dumps({"args": vars(args), **record}, indent=1))
     samples = [record[part]["samples"]["identical_tokens"] for part in ("rollout", "eval")]
     return 0 if all(samples) else 1
 
 
+def report_part(part: str, result: dict[str, Any]) -> None:
+    print(f"{part}: padded vs unpadded generation (fastest of {len(result['all_seconds']['padded'])})")
+    for mode in MODES:
+        run = result[mode]
+        counters = run["counters"]
+        split = ", ".join(f"{path} {seconds:.1f} s" for path, seconds in run["phases"].items())
+        print(
+            f"  {mode:<10}{run['seconds']:8.1f} s ({split}); "
+            f"{counters.get('decode_row_steps', 0)} decode row-steps for {counters.get('sampled_tokens', 0)} "
+            f"sampled tokens; {counters.get('prefill_tokens', 0)} prefill tokens in "
+            f"{counters.get('prefill_positions', 0)} padded positions"
+        )
+    print(f"  speedup {result['speedup']:.2f}x; samples {result['samples']}")
+
+
 def report(record: dict[str, Any]) -> None:
-    for part in ("rollout", "eval"):
-        result = record[part]
-        print(f"{part}: padded vs unpadded generation (fastest of {len(result['all_seconds']['padded'])})")
-        for mode in MODES:
-            run = result[mode]
-            counters = run["counters"]
-            split = ", ".join(f"{path} {seconds:.1f} s" for path, seconds in run["phases"].items())
-            print(
-                f"  {mode:<10}{run['seconds']:8.1f} s ({split}); "
-                f"{counters.get('decode_row_steps', 0)} decode row-steps for {counters.get('sampled_tokens', 0)} "
-                f"sampled tokens; {counters.get('prefill_tokens', 0)} prefill tokens in "
-                f"{counters.get('prefill_positions', 0)} padded positions"
-            )
-        print(f"  speedup {result['speedup']:.2f}x; samples {result['samples']}")
+    """The iteration and the bounds (the rollout and evaluation are reported as they finish)."""
     phases = record["iteration_phases"]
     print(
         "iteration (the trainer's; its rollout on the new path): "
