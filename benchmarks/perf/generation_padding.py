@@ -63,6 +63,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=1, help="alternating runs per mode (the fastest is kept)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--dry-run", action="store_true", help="tiny random model and shapes, to check the script")
+    parser.add_argument("--new-first", action="store_true", help="run the new path first in each pair")
+    parser.add_argument("--rollout-only", action="store_true", help="only the rollout side by side (an order check)")
     parser.add_argument("--json", default=None, help="write the figures to this file")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="overrides of the preset")
     args = parser.parse_args(argv)
@@ -117,12 +119,13 @@ def samples_difference(a: list, b: list) -> dict[str, Any]:
     return {"identical_tokens": same, "max_logprob_difference": gap}
 
 
-def side_by_side(policy, play: Callable[[], list], repeats: int) -> dict[str, Any]:
-    """Both paths, alternating ``repeats`` times; the fastest run of each and how they compare."""
+def side_by_side(policy, play: Callable[[], list], repeats: int, new_first: bool) -> dict[str, Any]:
+    """Both paths, alternating ``repeats`` times (the former first unless ``new_first``); the
+    fastest run of each and how they compare."""
     runs: dict[str, list[dict[str, Any]]] = {mode: [] for mode in MODES}
     played: dict[str, list] = {}
     for _ in range(repeats):
-        for mode in MODES:
+        for mode in reversed(MODES) if new_first else MODES:
             result, played[mode] = timed(policy, mode == "unpadded", play)
             runs[mode].append(result)
     best = {mode: min(results, key=lambda r: r["seconds"]) for mode, results in runs.items()}
@@ -195,15 +198,18 @@ def main(argv: list[str] | None = None) -> int:
         def evaluation() -> list:
             return evaluate(policy, trainer.eval_envs, trainer.plan, config, seed=0)[0]
 
+        parts = [("rollout", rollout)] if args.rollout_only else [("rollout", rollout), ("eval", evaluation)]
         results = {}
-        for part, play in (("rollout", rollout), ("eval", evaluation)):
-            results[part] = side_by_side(policy, play, args.repeats)
+        for part, play in parts:
+            results[part] = side_by_side(policy, play, args.repeats, args.new_first)
             report_part(part, results[part])
+        if args.rollout_only:
+            record = {"load_average": {"start": load_before, "end": os.getloadavg()}, "rollout": results["rollout"]}
+            return finish(args, record)
         with profiling.profiling() as iteration:
             trainer.run()
     phases = {path: stats.seconds for path, stats in iteration.phases.items()}
     rollout_trajectories = results["rollout"].pop("trajectories")
-    results["eval"].pop("trajectories")
     rest = phases.get("prepare", 0.0) + phases.get("update", 0.0)
     seconds = {mode: results["rollout"][mode]["seconds"] + rest for mode in MODES}
     decode = results["rollout"]["unpadded"]["counters"]
@@ -225,11 +231,19 @@ def main(argv: list[str] | None = None) -> int:
         "update_matmuls": update | {"cpu_gflops": throughput, "lower_bound_seconds": update["gflop"] / throughput},
     }
     report(record)
-    print(f"load average (1, 5, 15 min): {load_before} at the start, {record['load_average']['end']} at the end")
+    return finish(args, record)
+
+
+def finish(args: argparse.Namespace, record: dict[str, Any]) -> int:
+    """Print the load, write the record; 0 when both paths sampled the same tokens."""
+    for part in ("rollout", "eval"):
+        record.get(part, {}).pop("trajectories", None)
+    load = record["load_average"]
+    print(f"load average (1, 5, 15 min): {load['start']} at the start, {load['end']} at the end")
     if args.json:
         Path(args.json).write_text(json.dumps({"args": vars(args), **record}, indent=1))
-    samples = [record[part]["samples"]["identical_tokens"] for part in ("rollout", "eval")]
-    return 0 if all(samples) else 1
+    parts = [part for part in ("rollout", "eval") if part in record]
+    return 0 if all(record[part]["samples"]["identical_tokens"] for part in parts) else 1
 
 
 def report_part(part: str, result: dict[str, Any]) -> None:
