@@ -152,12 +152,12 @@ def matmul_gflops(threads: int, rows: int = 2048, inner: int = 576, cols: int = 
     return 2 * rows * inner * cols / best / 1e9
 
 
-def update_matmul_gflop(policy, trajectories: list) -> dict[str, float]:
+def update_matmul_gflop(policy, trajectories: list, scoring_pass: bool) -> dict[str, float]:
     """The matmul work of one update of ``trajectories`` (one epoch): the decoder's linear
     layers on every token, forward and, the base weights being frozen (LoRA), a backward of
-    the same size for the inputs' gradients; the LM head on the sampled tokens only; plus the
-    no-gradient scoring pass of the old log-probs. Attention and LoRA's own matmuls left out:
-    a lower bound."""
+    the same size for the inputs' gradients; the LM head on the sampled tokens only; plus, with
+    ``scoring_pass``, the no-gradient pass that scores old log-probs. Attention and LoRA's own
+    matmuls left out: a lower bound."""
     model = policy.model
     linear = sum(
         module.weight.numel()
@@ -167,7 +167,7 @@ def update_matmul_gflop(policy, trajectories: list) -> dict[str, float]:
     head = policy.forward.lm_head.weight.numel()
     tokens = sum(len(t.token_ids) for t in trajectories)
     sampled = sum(sum(t.loss_mask) for t in trajectories)
-    passes = 3  # scoring, forward, backward
+    passes = 3 if scoring_pass else 2
     gflop = passes * 2 * (linear * tokens + head * sampled) / 1e9
     return {"tokens": tokens, "sampled_tokens": sampled, "linear_parameters": linear, "gflop": gflop}
 
@@ -217,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     length = decode["decode_attended_positions"] / max(1, decode["decode_row_steps"])
     steps = 4 if args.dry_run else 16
     limit = decode_limit(policy, max(1, round(batch)), max(1, round(length)), steps=steps)
-    update = update_matmul_gflop(policy, rollout_trajectories)
+    update = update_matmul_gflop(policy, rollout_trajectories, scoring_pass="update/loss_inputs" in phases)
     throughput = matmul_gflops(args.threads)
     record = {
         "load_average": {"start": load_before, "end": os.getloadavg()},
