@@ -436,3 +436,87 @@ def test_smollm2_chunked_generation_samples_what_one_batch_samples():
     smol = load_policy("smollm2-135m")
     a, b, c = _contexts(smol, 3)
     _chunked_matches_one_batch(smol, [a, b, a, c], max_new_tokens=6, atol=2e-4)
+
+
+def _riding_along(policy, call):
+    policy.sampler.drop_finished_rows = False
+    try:
+        return call()
+    finally:
+        policy.sampler.drop_finished_rows = True
+
+
+def _decoded_rows_match(policy, atol):
+    """Two turns (the second on the first's sessions) of rows that end their turns at different
+    steps (a stop string most tokens soon contain): with finished rows dropped from the decode
+    batch and with them riding along masked, the same tokens, log-probs and sessions, and fewer
+    row-steps computed."""
+    from orsd_gym import profiling
+
+    bridge = policy.chat.encode("<|im_end|>\n<|im_start|>user\nYou see a door.<|im_end|>\n<|im_start|>assistant\n")
+    contexts = _contexts(policy, 6)
+    params = SamplingParams(max_new_tokens=24, temperature=1.0, stop=("e",))
+    seeds = [7 * i + 3 for i in range(len(contexts))]
+
+    def two_turns():
+        sessions = [policy.new_session() for _ in contexts]
+        with profiling.profiling() as profiler:
+            first = policy.generate(contexts, params, sessions=sessions, seeds=seeds)
+            following = [c + o.token_ids + bridge for c, o in zip(contexts, first)]
+            second = policy.generate(following, params, sessions=sessions, seeds=seeds)
+        return first, second, sessions, profiler.counters["decode_row_steps"]
+
+    first, second, sessions, row_steps = two_turns()
+    first_along, second_along, sessions_along, row_steps_along = _riding_along(policy, two_turns)
+    assert len({len(c.token_ids) for c in first + second}) > 2  # the turns end at different steps
+    _same_completions(first, first_along, atol)
+    _same_completions(second, second_along, atol)
+    for kept, along in zip(sessions, sessions_along):
+        assert kept.token_ids == along.token_ids
+        for (k, v), (k_along, v_along) in zip(kept.layers, along.layers):
+            assert torch.allclose(k, k_along, atol=atol) and torch.allclose(v, v_along, atol=atol)
+    assert row_steps < row_steps_along
+
+
+def test_finished_rows_leave_the_decode_batch_and_samples_stay_the_same(policy):
+    _decoded_rows_match(policy, atol=1e-4)
+
+
+@needs_smollm2
+def test_smollm2_finished_rows_leave_the_decode_batch_and_samples_stay_the_same():
+    _decoded_rows_match(load_policy("smollm2-135m"), atol=2e-4)
+
+
+def test_rows_of_different_lengths_prefill_in_groups_and_sample_the_same(policy):
+    """Contexts of very different lengths prefill in groups of similar length (fewer padded
+    positions) and sample what one padded batch samples, on fresh sessions and on reused ones."""
+    from orsd_gym import profiling
+
+    contexts = [
+        policy.chat.prompt_tokens([{"role": "user", "content": "Go north. " * n}]) for n in (1, 40, 2, 38, 20, 1)
+    ]
+    assert policy.forward.prefill_groups([len(c) for c in contexts]) != [list(range(len(contexts)))]
+    bridge = policy.chat.encode("<|im_end|>\n<|im_start|>user\nA room.<|im_end|>\n<|im_start|>assistant\n")
+    params = SamplingParams(max_new_tokens=6, temperature=1.0)
+    seeds = [5 * i + 1 for i in range(len(contexts))]
+
+    def two_turns():
+        sessions = [policy.new_session() for _ in contexts]
+        with profiling.profiling() as profiler:
+            first = policy.generate(contexts, params, sessions=sessions, seeds=seeds)
+            following = [c + o.token_ids + bridge * (i % 3) for i, (c, o) in enumerate(zip(contexts, first))]
+            second = policy.generate(following, params, sessions=sessions, seeds=seeds)
+        # Nothing cached at all: no sessions, no shared prefix.
+        alone = _without_sharing(policy, lambda: policy.generate(contexts, params, seeds=seeds))
+        return first, second, alone, profiler.counters["prefill_positions"]
+
+    first, second, alone, positions = two_turns()
+    policy.forward.group_prefill = False
+    try:
+        first_one, second_one, alone_one, positions_one = two_turns()
+    finally:
+        policy.forward.group_prefill = True
+    _same_completions(first, first_one, 1e-4)
+    _same_completions(second, second_one, 1e-4)
+    _same_completions(alone, alone_one, 1e-4)
+    assert positions < positions_one

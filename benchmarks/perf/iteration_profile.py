@@ -30,19 +30,31 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+#: name: (preset, its overrides). ``webshop_cpu`` keeps the preset's shapes (4 goals x 4
+#: attempts, 10 turns, 96 new tokens, the memory budget) on the embedded synthetic catalog and
+#: cuts only what is repeated: the warm start (6 demonstrations, 1 epoch: enough for the policy
+#: to answer in the page's format, so its turns are as long as a trained policy's) and the
+#: held-out evaluation (8 of its 32 goals, evaluated once after the iterations).
 CONFIGS = {
-    "demo": [],
-    "long": [
-        "env.kwargs.generator={num_tasks: 64, max_receptacles: 6, num_distractors: 4}",
-        "env.max_episode_steps=15",
-        "rollout.max_turns=15",
-        "rollout.max_episode_tokens=3072",
-    ],
+    "demo": ("demo", []),
+    "long": (
+        "demo",
+        [
+            "env.kwargs.generator={num_tasks: 64, max_receptacles: 6, num_distractors: 4}",
+            "env.max_episode_steps=15",
+            "rollout.max_turns=15",
+            "rollout.max_episode_tokens=3072",
+        ],
+    ),
+    "webshop_cpu": ("webshop_cpu", ["warm_start.episodes=6", "warm_start.epochs=1", "eval.num_tasks=8"]),
 }
+#: Configs whose profile includes one held-out evaluation after the iterations (phase ``eval``).
+EVALUATED = {"webshop_cpu"}
 #: The phases an iteration is made of (the trainer's top-level phases).
 ITERATION = ("rollout", "prepare", "update")
-#: Iterations per run: the second one has the optimiser's state (AdamW's moments are made at
-#: the first step), so its memory is the steady state's; times are per iteration.
+#: Iterations per run (an override of ``train.iterations`` changes it): the second one has the
+#: optimiser's state (AdamW's moments are made at the first step), so its memory is the steady
+#: state's; times are per iteration.
 ITERATIONS = 2
 
 
@@ -104,17 +116,19 @@ def run_child(config_name: str, algo: str, overrides: list[str], workdir: Path) 
     """One iteration in this process; returns the profile, the run's metrics and the decode limit."""
     from orsd_gym import profiling
     from orsd_gym.train.config import load_config
+    from orsd_gym.train.evaluate import evaluate
     from orsd_gym.train.metrics import read_metrics
     from orsd_gym.train.trainer import Trainer
 
     out = workdir / f"{config_name}-{algo}"
+    preset, preset_overrides = CONFIGS[config_name]
     config = load_config(
-        "demo",
+        preset,
         [
-            *CONFIGS[config_name],
+            f"train.iterations={ITERATIONS}",
+            *preset_overrides,
             *overrides,
             f"algo.name={algo}",
-            f"train.iterations={ITERATIONS}",
             "eval.every=0",
             f"train.output_dir={out}",
             f"warm_start.path={workdir / f'{config_name}-warm_start.safetensors'}",
@@ -126,6 +140,9 @@ def run_child(config_name: str, algo: str, overrides: list[str], workdir: Path) 
         with profiling.phase("setup"):  # model load, warm start (cloned once per config), frozen copies
             trainer = Trainer(config)
         trainer.run()
+        if config_name in EVALUATED:
+            with profiling.phase("eval"):
+                evaluate(trainer.policy, trainer.eval_envs, trainer.plan, config, seed=0)
     record = read_metrics(out / "metrics.jsonl")[-1]
     result = {"profile": profiler.as_dict(), "metrics": record}
     decode = decode_stats(profiler, trainer.policy)
@@ -158,7 +175,12 @@ def decode_stats(profiler, policy) -> dict | None:
 def iteration_seconds(result: dict) -> float:
     """Mean wall time of an iteration (rollout + prepare + update)."""
     phases = result["profile"]["phases"]
-    return sum(phases[p]["seconds"] for p in ITERATION if p in phases) / ITERATIONS
+    return sum(phases[p]["seconds"] for p in ITERATION if p in phases) / iterations(result)
+
+
+def iterations(result: dict) -> int:
+    """How many iterations a profiled run trained (one rollout each)."""
+    return result["profile"]["phases"]["rollout"]["calls"]
 
 
 def print_result(name: str, result: dict) -> None:
@@ -167,12 +189,12 @@ def print_result(name: str, result: dict) -> None:
         f"\n== {name}: {total:.1f} s per iteration (rollout + prepare + update), process peak "
         f"{result['profile']['peak_rss_gb']:.2f} GB ({result['profile']['peak_method']})"
     )
-    print(f"({ITERATIONS} iterations; seconds are totals, % of all iterations)")
+    print(f"({iterations(result)} iterations; seconds are totals, % of all iterations)")
     print(f"{'phase':<44}{'calls':>7}{'seconds':>10}{'% iter':>8}{'entry GB':>9}{'peak GB':>9}")
     for path, stats in result["profile"]["phases"].items():
         indent = "  " * path.count("/")
         in_iteration = path.split("/")[0] in ITERATION and total
-        share = f"{100 * stats['seconds'] / (total * ITERATIONS):7.1f}%" if in_iteration else ""
+        share = f"{100 * stats['seconds'] / (total * iterations(result)):7.1f}%" if in_iteration else ""
         label = indent + path.rsplit("/", 1)[-1]
         memory = f"{stats['entry_rss_gb']:>9.2f}{stats['peak_rss_gb']:>9.2f}"
         print(f"{label:<44}{stats['calls']:>7}{stats['seconds']:>10.2f}{share:>8}{memory}")

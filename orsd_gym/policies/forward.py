@@ -15,8 +15,19 @@ from typing import Any
 
 import torch
 
-from orsd_gym.policies.kvcache import KVSession, batch_cache, common_prefix, shared_prefix_groups, store_sessions
+from orsd_gym.policies.batching import longest_first
+from orsd_gym.policies.kvcache import (
+    KVSession,
+    batch_cache,
+    common_prefix,
+    shared_prefix_groups,
+    store_sessions,
+    write_suffixes,
+)
 from orsd_gym.profiling import count
+
+#: How far a prefill group's padded positions may exceed its tokens (0.25: by a quarter).
+PREFILL_PADDING = 0.25
 
 
 class CachedForward:
@@ -32,6 +43,9 @@ class CachedForward:
         self.lm_head = base.get_output_embeddings()
         self.pad = int(pad_token_id)
         self.share_prefixes = share_prefixes
+        #: Prefill rows in groups of similar length (`prefill_groups`; False: one batch padded
+        #: to its longest row, the former path, kept for side-by-side runs).
+        self.group_prefill = True
         self.device = next(model.parameters()).device
         forward = inspect.signature(self.decoder.forward).parameters
         self._cache_kwarg = "cache" if "cache" in forward else "past_key_values"
@@ -49,22 +63,62 @@ class CachedForward:
     def prefill(
         self, contexts: list[list[int]], sessions: Sequence[KVSession] | None, room: int
     ) -> tuple[torch.Tensor, list[int], set[int], Any, torch.Tensor]:
-        """Encode each context after the prefix it finds cached (`prefix_sources`), left-padded
-        into one batch: ``(next-token logits, tokens reused per row, rows on a shared prefix,
-        the cache with ``room`` more positions per row, the attention mask)``."""
+        """Encode each context after the prefix it finds cached (`prefix_sources`), rows of
+        similar length together (`prefill_groups`), into one left-padded batch cache:
+        ``(next-token logits, tokens reused per row, rows on a shared prefix, the cache with
+        ``room`` more positions per row, the attention mask)``."""
         reuse, shared, sources = self.prefix_sources(contexts, sessions)
         cached = max(reuse)
         suffixes = [ctx[r:] for ctx, r in zip(contexts, reuse, strict=True)]
         width = max(len(s) for s in suffixes)
-        mask = torch.zeros(len(contexts), cached + width, dtype=torch.long, device=self.device)
-        input_ids = torch.full((len(contexts), width), self.pad, dtype=torch.long, device=self.device)
+        input_ids, mask = self._left_padded(suffixes, reuse, cached)
+        cache = batch_cache(sources, reuse, cached, self.num_layers, width + room)
+        count("prefill_tokens", sum(len(suffix) for suffix in suffixes))
+        groups = self.prefill_groups([len(s) for s in suffixes]) if self.group_prefill else [list(range(len(suffixes)))]
+        if len(groups) == 1:
+            count("prefill_positions", len(contexts) * width)  # pads included: the batch's padding waste
+            return self.step(input_ids, mask, cache, cached), reuse, shared, cache, mask
+        logits: list[torch.Tensor | None] = [None] * len(contexts)
+        for rows in groups:
+            part_reuse = [reuse[i] for i in rows]
+            part_cached = max(part_reuse)
+            part_ids, part_mask = self._left_padded([suffixes[i] for i in rows], part_reuse, part_cached)
+            part = batch_cache([sources[i] for i in rows], part_reuse, part_cached, self.num_layers, part_ids.shape[1])
+            count("prefill_positions", part_ids.numel())
+            for i, row_logits in zip(rows, self.step(part_ids, part_mask, part, part_cached), strict=True):
+                logits[i] = row_logits
+            write_suffixes(cache, len(contexts), rows, part, [len(suffixes[i]) for i in rows], cached + width)
+        return torch.stack([row for row in logits if row is not None]), reuse, shared, cache, mask
+
+    def prefill_groups(self, lengths: list[int]) -> list[list[int]]:
+        """Rows prefilled together: longest first, a group closing before its padded positions
+        would exceed its tokens by more than `PREFILL_PADDING`, so pages of very different
+        lengths do not pad to the longest."""
+
+        def fits(rows: int, longest: int, members: list[int]) -> bool:
+            return rows * longest <= (1 + PREFILL_PADDING) * sum(lengths[i] for i in members)
+
+        groups: list[list[int]] = []
+        for index in longest_first(lengths):
+            if groups and fits(len(groups[-1]) + 1, lengths[groups[-1][0]], [*groups[-1], index]):
+                groups[-1].append(index)
+            else:
+                groups.append([index])
+        return groups
+
+    def _left_padded(
+        self, suffixes: list[list[int]], reuse: list[int], cached: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(input ids, attention mask)`` of rows whose ``reuse[i]`` cached tokens end at
+        ``cached`` and whose ``suffixes[i]`` follow, left-padded to the longest."""
+        width = max(len(s) for s in suffixes)
+        mask = torch.zeros(len(suffixes), cached + width, dtype=torch.long, device=self.device)
+        input_ids = torch.full((len(suffixes), width), self.pad, dtype=torch.long, device=self.device)
         for i, (r, suffix) in enumerate(zip(reuse, suffixes, strict=True)):
             mask[i, cached - r : cached] = 1
             mask[i, cached + width - len(suffix) :] = 1
             input_ids[i, width - len(suffix) :] = torch.tensor(suffix, device=self.device)
-        cache = batch_cache(sources, reuse, cached, self.num_layers, width + room)
-        count("prefill_tokens", sum(len(suffix) for suffix in suffixes))
-        return self.step(input_ids, mask, cache, cached), reuse, shared, cache, mask
+        return input_ids, mask
 
     def prefix_sources(
         self, contexts: list[list[int]], sessions: Sequence[KVSession] | None
@@ -112,6 +166,7 @@ class CachedForward:
         cache = batch_cache([None] * len(prefixes), [0] * len(prefixes), 0, self.num_layers, width)
         self.step(ids, mask, cache, 0)
         count("prefill_tokens", sum(len(p) for p in prefixes))
+        count("prefill_positions", len(prefixes) * width)
         sessions = [KVSession() for _ in prefixes]
         store_sessions(sessions, cache, mask, prefixes)
         return sessions

@@ -152,15 +152,53 @@ def batch_cache(
     return cache
 
 
-def store_sessions(
-    sessions: Sequence[KVSession], cache: DynamicCache, mask: torch.Tensor, tokens: Sequence[list[int]]
+def keep_rows(cache: DynamicCache, rows: torch.Tensor) -> None:
+    """Keep only batch rows ``rows`` (an index tensor) of a `batch_cache`, in that order, with
+    the room it had left: later steps then compute nothing for the rows dropped."""
+    for layer in cache.layers:
+        assert isinstance(layer, ReservedLayer) and layer.key_buffer is not None and layer.value_buffer is not None
+        layer.reserve(layer.key_buffer.index_select(0, rows), layer.value_buffer.index_select(0, rows), layer.length)
+
+
+def write_suffixes(
+    cache: DynamicCache, batch: int, rows: Sequence[int], part: DynamicCache, lengths: Sequence[int], end: int
 ) -> None:
-    """Write row ``i`` of ``cache`` (its mask-1 positions, which hold ``tokens[i]``) to ``sessions[i]``."""
+    """Copy into rows ``rows`` of ``cache`` (a `batch_cache` of ``batch`` rows) the last
+    ``lengths[j]`` positions of row ``j`` of ``part`` (a cache of those rows, in that order),
+    right-aligned at ``end``; ``cache`` then holds ``end`` positions (a row's positions before
+    its own are pads, masked)."""
+    for layer, piece in zip(cache.layers, part.layers, strict=True):
+        assert isinstance(layer, ReservedLayer) and isinstance(piece, ReservedLayer)
+        if layer.key_buffer is None:  # nothing was cached before this call: the batch's buffers
+            _, heads, _, dim = piece.keys.shape
+            layer.reserve(
+                piece.keys.new_zeros(batch, heads, layer.capacity, dim),
+                piece.values.new_zeros(batch, heads, layer.capacity, piece.values.shape[-1]),
+                0,
+            )
+        assert layer.key_buffer is not None and layer.value_buffer is not None
+        for j, (i, n) in enumerate(zip(rows, lengths, strict=True)):
+            layer.key_buffer[i, :, end - n : end] = piece.keys[j, :, piece.length - n :]
+            layer.value_buffer[i, :, end - n : end] = piece.values[j, :, piece.length - n :]
+        layer.length = end
+        layer._expose()
+
+
+def store_sessions(
+    sessions: Sequence[KVSession],
+    cache: DynamicCache,
+    mask: torch.Tensor,
+    tokens: Sequence[list[int]],
+    rows: Sequence[int] | None = None,
+) -> None:
+    """Write row ``rows[j]`` (None: row ``j``) of ``cache`` (its mask-1 positions, which hold
+    ``tokens[j]``) to ``sessions[j]``."""
     layers = [(layer.keys, layer.values) for layer in cache.layers]
-    for i, session in enumerate(sessions):
+    for j, session in enumerate(sessions):
+        i = j if rows is None else rows[j]
         keep = mask[i].nonzero().squeeze(-1)
-        if keep.numel() != len(tokens[i]):  # never expected; a stale session is just dropped
+        if keep.numel() != len(tokens[j]):  # never expected; a stale session is just dropped
             session.clear()
             continue
-        session.token_ids = tokens[i]
+        session.token_ids = tokens[j]
         session.layers = [(k[i : i + 1, :, keep].clone(), v[i : i + 1, :, keep].clone()) for k, v in layers]

@@ -24,10 +24,13 @@ from orsd_gym.errors import ContextTooLongError
 from orsd_gym.policies.base import Completion, FinishReason, SamplingParams
 from orsd_gym.policies.batching import longest_first, micro_batches
 from orsd_gym.policies.forward import CachedForward
-from orsd_gym.policies.kvcache import KVSession, store_sessions
+from orsd_gym.policies.kvcache import KVSession, keep_rows, store_sessions
 from orsd_gym.profiling import count, phase
 
 Generators = torch.Generator | list[torch.Generator]
+
+#: The share of a batch's rows that must have finished their turn before they leave it.
+DROP_FINISHED_SHARE = 0.25
 
 
 class Sampler:
@@ -51,6 +54,9 @@ class Sampler:
         self.device = forward.device
         self.footprint = footprint
         self.memory_budget: int | None = None
+        #: Rows that finished their turn leave the decode batch (False: they ride along masked
+        #: until the batch's longest turn ends, the former path, kept for side-by-side runs).
+        self.drop_finished_rows = True
         self._generator = torch.Generator(device=self.device).manual_seed(seed)
 
     def generate(
@@ -133,34 +139,44 @@ class Sampler:
         tokens: list[list[int]] = [[] for _ in range(batch)]
         logprobs: list[list[float]] = [[] for _ in range(batch)]
         finish: list[FinishReason | None] = [None] * batch
+        keep_sessions = sessions is not None and self.forward.supports_prefix_cache
+        # Batch row j is context live[j]: rows that finished leave the batch (`_drop_finished`).
+        live = list(range(batch))
         with phase("decode"):
             for _ in range(params.max_new_tokens):
-                sampled, sampled_logprobs = sample_tokens(logits, params, generator)
+                row_generators = [generator[i] for i in live] if isinstance(generator, list) else generator
+                sampled, sampled_logprobs = sample_tokens(logits, params, row_generators)
                 # One transfer per step (not one per row): on a GPU each element read is a sync.
                 sampled_ids, sampled_lps = sampled.tolist(), sampled_logprobs.tolist()
-                fed, next_ids = [0] * batch, [pad] * batch
-                for i in range(batch):
+                fed, next_ids = [0] * len(live), [pad] * len(live)
+                for j, i in enumerate(live):
                     if finish[i] is not None:
                         continue
-                    tokens[i].append(sampled_ids[i])
-                    logprobs[i].append(sampled_lps[i])
-                    fed[i], next_ids[i] = 1, sampled_ids[i]
+                    tokens[i].append(sampled_ids[j])
+                    logprobs[i].append(sampled_lps[j])
+                    fed[j], next_ids[j] = 1, sampled_ids[j]
                     finish[i] = self._finish_reason(tokens[i], params)
                 if all(f is not None for f in finish):
                     break
                 # Feed each row's newest token (cached for the next turn even if the row just
                 # finished); rows finished earlier get a masked pad.
-                for i in range(batch):
-                    if fed[i]:
-                        in_cache[i].append(next_ids[i])
+                for j, i in enumerate(live):
+                    if fed[j]:
+                        in_cache[i].append(next_ids[j])
                 mask = torch.cat([mask, torch.tensor(fed, device=self.device)[:, None]], dim=1)
+                if self.drop_finished_rows and isinstance(generator, list):
+                    kept = self._drop_finished(
+                        live, fed, finish, cache, mask, sessions if keep_sessions else None, in_cache
+                    )
+                    if kept is not None:
+                        mask, live, next_ids = mask[kept], [live[j] for j in kept], [next_ids[j] for j in kept]
                 step_ids = torch.tensor(next_ids, device=self.device)[:, None]
                 logits = self.forward.step(step_ids, mask, cache, mask.shape[1] - 1)
                 count("decode_steps")
-                count("decode_row_steps", batch)
-                count("decode_attended_positions", batch * mask.shape[1])
-            if sessions is not None and self.forward.supports_prefix_cache:
-                store_sessions(sessions, cache, mask, in_cache)
+                count("decode_row_steps", len(live))
+                count("decode_attended_positions", len(live) * mask.shape[1])
+            if sessions is not None and keep_sessions:
+                store_sessions([sessions[i] for i in live], cache, mask, [in_cache[i] for i in live])
         count("sampled_tokens", sum(len(t) for t in tokens))
         completions = []
         for i in range(batch):
@@ -173,6 +189,30 @@ class Sampler:
             }
             completions.append(Completion(list(tokens[i]), logprobs[i], text, reason, extra=extra))
         return completions
+
+    def _drop_finished(
+        self,
+        live: list[int],
+        fed: list[int],
+        finish: list[FinishReason | None],
+        cache: Any,
+        mask: torch.Tensor,
+        sessions: Sequence[KVSession] | None,
+        in_cache: list[list[int]],
+    ) -> list[int] | None:
+        """When at least `DROP_FINISHED_SHARE` of the batch's rows finished before this step
+        (their last token is cached), write their sessions and drop them from ``cache``; returns
+        the batch rows kept (None: nothing dropped). Only with per-row generators: a shared one
+        would draw differently for a smaller batch. Dropping in large steps bounds the copying
+        (each drop copies the kept rows' keys and values) to a few times the cache."""
+        done = [j for j, i in enumerate(live) if finish[i] is not None and not fed[j]]
+        if not done or len(done) < DROP_FINISHED_SHARE * len(live):
+            return None
+        if sessions is not None:
+            store_sessions([sessions[live[j]] for j in done], cache, mask, [in_cache[live[j]] for j in done], rows=done)
+        kept = [j for j in range(len(live)) if fed[j] or finish[live[j]] is None]
+        keep_rows(cache, torch.tensor(kept, device=self.device))
+        return kept
 
     def _finish_reason(self, tokens: list[int], params: SamplingParams) -> FinishReason | None:
         if tokens[-1] in self.stop_token_ids:
