@@ -186,17 +186,16 @@ def main(argv: list[str] | None = None) -> int:
             groups = trainer.plan.train[0]
             with torch.no_grad():
                 return collect(
-                    trainer.envs,
+                    trainer.envs.train,
                     policy,
                     [group.spec for group in groups],
                     group_size=config.rollout.group_size,
                     sampling=config.rollout.sampling(config.rollout.temperature, seed),
                     options=config.rollout,
-                    seed=seed,
                 )
 
         def evaluation() -> list:
-            return evaluate(policy, trainer.eval_envs, trainer.plan, config, seed=0)[0]
+            return evaluate(policy, trainer.envs.eval, trainer.plan, config, seed=0)[0]
 
         parts = [("rollout", rollout)] if args.rollout_only else [("rollout", rollout), ("eval", evaluation)]
         results = {}

@@ -142,7 +142,7 @@ def run_child(config_name: str, algo: str, overrides: list[str], workdir: Path) 
         trainer.run()
         if config_name in EVALUATED:
             with profiling.phase("eval"):
-                evaluate(trainer.policy, trainer.eval_envs, trainer.plan, config, seed=0)
+                evaluate(trainer.policy, trainer.envs.eval, trainer.plan, config, seed=0)
     record = read_metrics(out / "metrics.jsonl")[-1]
     result = {"profile": profiler.as_dict(), "metrics": record}
     decode = decode_stats(profiler, trainer.policy)
