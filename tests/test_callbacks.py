@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass
 
 import pytest
-from resumable_env import ENV_ID
+from resumable_env import SMALL_RUN
 
 from orsd_gym.errors import ConfigError
 from orsd_gym.train.callbacks import TrainerCallback
@@ -15,14 +15,7 @@ from orsd_gym.train.config import load_config
 from orsd_gym.train.trainer import Trainer
 
 RUN = [
-    "model.name=tiny-random",
-    f"env.id=resumable_env:{ENV_ID}",
-    "rollout.tasks_per_iteration=2",
-    "rollout.group_size=2",
-    "rollout.max_turns=1",
-    "rollout.max_new_tokens=6",
-    "rollout.action_format=last_line",
-    "algo.per_algo.grpo={reward: {outcome: return}}",  # mixed rewards: every iteration updates
+    *SMALL_RUN,
     "train.iterations=2",
     "eval.every=1",
     "eval.num_tasks=1",

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import yaml
-from resumable_env import ENV_ID
+from resumable_env import SMALL_RUN
 
 from orsd_gym import configio
 from orsd_gym.cli.config import explain
@@ -91,14 +91,7 @@ def test_a_recorded_run_with_the_old_spelling_loads_and_compares_equal():
 
 def test_a_run_recorded_with_the_old_spelling_resumes_with_the_same_settings(tmp_path):
     run = [
-        "model.name=tiny-random",
-        f"env.id=resumable_env:{ENV_ID}",
-        "rollout.tasks_per_iteration=2",
-        "rollout.group_size=2",
-        "rollout.max_turns=1",
-        "rollout.max_new_tokens=6",
-        "rollout.action_format=last_line",
-        "algo.per_algo.grpo={reward: {outcome: return}}",  # mixed rewards: every iteration updates
+        *SMALL_RUN,
         "eval.every=0",
         "eval.num_tasks=1",
         "probes.gradient_share.every=1",

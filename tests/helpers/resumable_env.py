@@ -36,3 +36,16 @@ class VowelEnv(TextEnv):
 
 
 ENV_ID = register_text_env("VowelTest", f"{__name__}:VowelEnv", max_episode_steps=1, description="test env")
+
+#: A small GRPO run on this env in which every iteration updates (the reward is the action's
+#: vowel share, so groups are mixed); tests add their iterations, evaluation and output directory.
+SMALL_RUN = (
+    "model.name=tiny-random",
+    f"env.id=resumable_env:{ENV_ID}",
+    "rollout.tasks_per_iteration=2",
+    "rollout.group_size=2",
+    "rollout.max_turns=1",
+    "rollout.max_new_tokens=6",
+    "rollout.action_format=last_line",
+    "algo.per_algo.grpo={reward: {outcome: return}}",
+)
