@@ -31,6 +31,11 @@ class MemoryBudgetError(ConfigError):
     """``optim.max_memory_gb`` leaves no room for an update's activations."""
 
 
+class PluginError(OrsdGymError, ImportError):
+    """A plugin (a config's ``plugins`` or an installed ``orsd_gym.plugins`` entry point) is
+    missing or fails to import; the message names it and the cause."""
+
+
 class UsageError(OrsdGymError):
     """A command was called wrongly: printed as one line, exit status 2."""
 

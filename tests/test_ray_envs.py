@@ -128,3 +128,41 @@ def test_alfworld_runs_in_ray_actors(ray_cluster, policy):
 @pytest.mark.slow
 def test_webshop_runs_in_ray_actors(ray_cluster, policy):
     _both_backends(policy, "orsd_gym/WebShop-v0")
+
+
+#: A user's plain Gymnasium env in a file only the driver names (as a config's ``plugins``).
+ECHO_PLUGIN = """
+import gymnasium as gym
+
+
+class Echo(gym.Env):
+    observation_space = gym.spaces.Text(200)
+    action_space = gym.spaces.Text(200)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return f"say {int(self.np_random.integers(100))}", {}
+
+    def step(self, action):
+        return f"you said {action}", 1.0, True, False, {}
+
+
+gym.register("EchoPluginTest-v0", entry_point=Echo)
+"""
+
+
+def test_env_actors_import_the_drivers_plugins(ray_cluster, tmp_path, monkeypatch):
+    """An env registered by a plugin file (no ``module:`` prefix in its id) is made in the actors."""
+    from orsd_gym import plugins
+
+    monkeypatch.setattr(plugins, "_IMPORTED", {})  # this test's plugin stays out of later tests' actors
+    path = tmp_path / "echo_plugin.py"
+    path.write_text(ECHO_PLUGIN)
+    plugins.import_plugins([str(path)])
+    slots = RayEnvSlots("EchoPluginTest-v0", 2, envs_per_actor=1)
+    try:
+        replies = slots.reset_many({0: (7, {}), 1: (7, {})})
+        assert replies[0][0] == replies[1][0] and replies[0][0].startswith("say ")
+        assert slots.step({0: "hi"})[0][:2] == ("you said hi", 1.0)
+    finally:
+        slots.close()

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 from orsd_gym import progress
 from orsd_gym.errors import DiskWriteError, OrsdGymError
+from orsd_gym.plugins import installed_plugins
 
 #: name -> (module under orsd_gym.cli, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -68,11 +69,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     # reported like any other interruption.
     return run_reporting_errors(
         f"orsd-gym {args.command}",
-        lambda: _load(args._module).run(args),
+        lambda: _run(args),
         lambda: getattr(_load(args._module), "CONTINUE_HINT", ""),
         # A person at the keyboard plays: lines about a silent minute would only interrupt them.
         report_progress=args.command != "play",
     )
+
+
+def _run(args: argparse.Namespace) -> int:
+    # Installed packages' plugins register their envs and algorithms before any config is read.
+    installed_plugins()
+    return _load(args._module).run(args)
 
 
 def run_reporting_errors(

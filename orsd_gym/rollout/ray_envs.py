@@ -31,6 +31,7 @@ import gymnasium as gym
 
 from orsd_gym.cluster import connect
 from orsd_gym.errors import ClusterResourcesError, EnvReplayError, EnvWorkerError
+from orsd_gym.plugins import import_plugins, imported_plugins
 from orsd_gym.rollout.envpool import ResetRequest, StepResult
 
 #: Seconds the actors may take to start (be scheduled and make their envs) before the pool gives
@@ -61,9 +62,11 @@ class _Replay:
 class EnvActor:
     """``count`` envs of one id in one Ray actor (a plain class: `RayEnvSlots` makes it remote)."""
 
-    def __init__(self, env_id: str, kwargs: dict[str, Any], count: int) -> None:
+    def __init__(self, env_id: str, kwargs: dict[str, Any], plugins: list[str], count: int) -> None:
         import orsd_gym  # noqa: F401  (registers the built-in envs in this process)
 
+        # The driver's plugins: an env they register is made here as it is there.
+        import_plugins(plugins)
         self.envs = [gym.make(env_id, **kwargs) for _ in range(count)]
 
     def env_id(self) -> str | None:
@@ -131,7 +134,7 @@ class RayEnvSlots:
         self.envs_per_actor = envs_per_actor
         self.cpus_per_actor = cpus_per_actor
         self.max_replays = max_replays
-        self._make = (env_id, dict(env_kwargs or {}))
+        self._make = (env_id, dict(env_kwargs or {}), imported_plugins())
         self._actors = [self._start_actor(a) for a in range(-(-n // envs_per_actor))]
         self._episodes: dict[int, _Replay] = {}
         self._replays: dict[int, int] = {}

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from orsd_gym import configio
 from orsd_gym.algos.base import algorithm_config_class
+from orsd_gym.plugins import import_plugins, installed_plugins
 from orsd_gym.policies.base import SamplingParams
 from orsd_gym.rollout.options import RolloutOptions
 from orsd_gym.train.algo_settings import resolve_algo
@@ -365,6 +366,15 @@ class Config:
     #: probe: ``{teacher: {test: expert}, gradient_share: {every: 5}}``. `orsd-gym config
     #: explain probes` lists them; a run records every probe's settings, defaults included.
     probes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Modules of one's own that register envs, algorithms or probes, imported when the config
+    #: is made (and in every Ray worker and env actor): module names or paths to ``.py`` files,
+    #: relative to the working directory (`orsd_gym.plugins`; installed packages'
+    #: ``orsd_gym.plugins`` entry points are imported too).
+    plugins: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.plugins:
+            import_plugins(self.plugins)
 
     #: Settings that moved, old dotted key -> new: files, overrides and recorded runs written
     #: with the old spelling load as the new one (`orsd_gym.configio.rename_keys`).
@@ -384,6 +394,7 @@ class Config:
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
     """Load and fully validate a config: keys and types, the algorithm's own settings, the env
     id, env arguments and model names (`orsd_gym.train.validation`), before anything loads."""
+    installed_plugins()
     config = configio.load(Config, path, overrides)
     validate_settings(config, resolve_algo(config))
     return config

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import os
+import pickle
 import tempfile
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -31,6 +32,7 @@ from rich.console import Console
 
 from orsd_gym.cluster import import_ray, ray_session
 from orsd_gym.errors import ClusterResourcesError, ConfigError, OrsdGymError
+from orsd_gym.plugins import import_plugins, imported_plugins
 from orsd_gym.train.callbacks import TrainerCallback
 from orsd_gym.train.config import Config
 from orsd_gym.train.trainer import RunSummary, Trainer
@@ -117,7 +119,7 @@ def _train_on_ray(config: Config, options: dict[str, Any], console: Console) -> 
         _check_cluster(ray.cluster_resources(), config, resources)
         trainer = TorchTrainer(
             _ray_worker,
-            train_loop_config={"config": config, "options": options, "stderr": console.stderr},
+            train_loop_config=worker_payload(config, options, console.stderr),
             scaling_config=ScalingConfig(
                 num_workers=train.workers, use_gpu=train.use_gpu, resources_per_worker=resources
             ),
@@ -133,13 +135,27 @@ def _train_on_ray(config: Config, options: dict[str, Any], console: Console) -> 
             raise cause from error
 
 
+def worker_payload(config: Config, options: dict[str, Any], stderr: bool) -> dict[str, Any]:
+    """What every Ray Train worker is handed: the config, the trainer's options, and this
+    process's plugins, with the probes pickled apart so that a worker imports the plugins (where
+    a probe's class may live) before it reads them."""
+    rest = {key: value for key, value in options.items() if key != "callbacks"}
+    callbacks = pickle.dumps(tuple(options.get("callbacks", ())))
+    return {"config": config, "options": rest, "callbacks": callbacks, "plugins": imported_plugins(), "stderr": stderr}
+
+
+def trainer_options(payload: dict[str, Any]) -> dict[str, Any]:
+    """A worker's trainer options from `worker_payload`'s, after importing the driver's plugins."""
+    import_plugins(payload["plugins"])
+    return {**payload["options"], "callbacks": pickle.loads(payload["callbacks"])}
+
+
 def _ray_worker(payload: dict[str, Any]) -> RunSummary:
     """One Ray Train worker: a trainer in the process group Ray Train set up (the live view is
     off: worker 0 prints one line per iteration, which Ray forwards to the driver)."""
     console = Console(stderr=payload["stderr"])
-    trainer = Trainer(
-        payload["config"], live=False, console=console, workers=Workers.from_process_group(), **payload["options"]
-    )
+    options = trainer_options(payload)
+    trainer = Trainer(payload["config"], live=False, console=console, workers=Workers.from_process_group(), **options)
     return trainer.run()
 
 
