@@ -121,6 +121,9 @@ def run_config(base: Config, arm: Arm, seed: int, out_dir: Path) -> Config:
     if config.warm_start.episodes > 0 and not config.warm_start.path:
         # One warm start per seed, shared by every algorithm: same initial weights.
         config.warm_start.path = str(out_dir / "warm_start" / f"seed{seed}.safetensors")
+    if config.eval.reuse_dir is None:
+        # The arms of a seed evaluate the warm start they share: played once, then read back.
+        config.eval.reuse_dir = str(out_dir / "evaluations")
     if arm.baseline is None:
         # Fail before any run starts if a setting is bad.
         validate_settings(config, resolve_algo(config))

@@ -277,6 +277,11 @@ class EvalConfig:
     temperature: float = 0.0
     #: Episodes per evaluation task.
     group_size: int = 1
+    #: A directory of recorded evaluations: one of the same weights, tasks and settings (every
+    #: arm of a comparison evaluating the warm start its seeds share) is read back from there
+    #: instead of played again, and a new one is recorded there (`orsd_gym.train.eval_reuse`).
+    #: None: every evaluation is played. `orsd-gym compare` sets it to ``<out>/evaluations``.
+    reuse_dir: str | None = None
 
     def __post_init__(self) -> None:
         if self.every < 0 or self.num_tasks < 0 or self.skip_tasks < 0:

@@ -80,8 +80,11 @@ SAFE_CHANGES = frozenset(
 #: directory is (a run moved or copied elsewhere resumes where it is), where its warm-start
 #: file is (a resumed run starts from its checkpoint; what the warm start was made of is in the
 #: other ``warm_start`` settings, which are compared; a comparison moved elsewhere keeps it in
-#: its new directory) and which Ray cluster runs it.
-IGNORED = frozenset({"logging.live", "logging.tensorboard", "train.output_dir", "warm_start.path", "ray.address"})
+#: its new directory), which Ray cluster runs it and where recorded evaluations are reused from
+#: (a reused evaluation is the one the run would play).
+IGNORED = frozenset(
+    {"logging.live", "logging.tensorboard", "train.output_dir", "warm_start.path", "ray.address", "eval.reuse_dir"}
+)
 
 
 @dataclass

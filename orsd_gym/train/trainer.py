@@ -52,7 +52,7 @@ from orsd_gym.train.checkpoint import (
 from orsd_gym.train.config import Config, TrainConfig, default_record, resolve_algo, run_record
 from orsd_gym.train.console import LiveView
 from orsd_gym.train.envs import RunEnvs
-from orsd_gym.train.evaluate import evaluate
+from orsd_gym.train.eval_reuse import evaluate_or_reuse
 from orsd_gym.train.frozen import frozen_models
 from orsd_gym.train.metrics import MetricsWriter, combine_worker_metrics
 from orsd_gym.train.plan import TaskPlan, build_task_plan
@@ -382,7 +382,7 @@ class Trainer:
         return result
 
     def _play_evaluation(self, seed: int, edit: PromptEdit | None) -> tuple[list[Trajectory], dict[str, float]]:
-        return evaluate(self.policy, self.envs.eval, self.plan, self.config, seed, self.workers, edit)
+        return evaluate_or_reuse(self.policy, self.envs.eval, self.plan, self.config, seed, self.workers, edit)
 
     def _release_freed_memory(self) -> None:
         """Hand the heap's free pages back between phases (`orsd_gym.allocator.trim_heap`)."""
