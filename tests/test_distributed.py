@@ -55,10 +55,23 @@ def _comparable(records):
 def two_workers(ray_cluster, tmp_path_factory) -> Path:
     """An uninterrupted 2-worker run of ``ITERATIONS`` iterations, launched in this process."""
     out = tmp_path_factory.mktemp("two_workers")
+    reuse = out.parent / f"{out.name}-evaluations"
     summary = train(
-        load_config(None, [*RUN, "train.workers=2", f"train.iterations={ITERATIONS}", f"train.output_dir={out}"])
+        load_config(
+            None,
+            [
+                *RUN,
+                "train.workers=2",
+                f"train.iterations={ITERATIONS}",
+                f"train.output_dir={out}",
+                f"eval.reuse_dir={reuse}",
+            ],
+        )
     )
     assert summary.worker == 0 and summary.final_eval is not None
+    # Each worker plays its share of an evaluation: none is recorded for reuse or read back.
+    assert not reuse.exists()
+    assert all("eval/reused" not in json.loads(line) for line in (out / "eval.jsonl").read_text().splitlines())
     return out
 
 
