@@ -58,6 +58,14 @@ def test_a_verdict_says_what_the_interval_and_the_mdd_allow(v3):
     assert "[-0.030, +0.050] are excluded" in unresolved and "0.050 or more is detected" in unresolved
 
 
+def test_the_report_lists_the_plans_deviations(v3, tmp_path):
+    assert "No PLAN.md" in v3.plan_deviations(tmp_path)[0]
+    (tmp_path / "PLAN.md").write_text("# Plan\n\n## Stop rules\n- one\n\n## Deviations\n")
+    assert v3.plan_deviations(tmp_path) == ["None: the study ran as PLAN.md says."]
+    (tmp_path / "PLAN.md").write_text("# Plan\n\n## Deviations\n\n1. Moved.\n   Why.\n\n## Later\nother\n")
+    assert v3.plan_deviations(tmp_path) == ["1. Moved.", "   Why."]
+
+
 def test_probe_differences_pair_each_arms_change_with_grpos_on_the_same_seed(v3):
     probes = {"grpo": {0: {"change": 0.1}, 1: {"change": 0.3}}, "orsd:expert": {1: {"change": 0.5}, 0: {"change": 0.4}}}
     summary = v3.probe_summary(probes)
@@ -85,6 +93,7 @@ def test_the_study_gates_checks_its_plan_stops_for_futility_resumes_and_reports(
     assert refused.returncode == 2 and "run stage 1 first" in refused.stderr
     gated = _run(out, "gate", "--runs", str(tmp_path / "runs"), *TINY)
     assert gated.returncode == 0, gated.stderr
+    (out / "PLAN.md").write_text("# Plan\n\n## Deviations\n\n1. A deviation, with its reason.\n")
     done = _run(out, *compare)
     assert done.returncode == 0, done.stderr
 
@@ -122,6 +131,7 @@ def test_the_study_gates_checks_its_plan_stops_for_futility_resumes_and_reports(
     gate_section = report.split("### Gate")[1].split("###")[0]
     assert [f"- seed {seed}: warm start rubric-48@2/system/seed0" in gate_section for seed in range(3)] == [True] * 3
     assert "### Mixed-group shares" in report and "### Interim look" in report
+    assert report.split("### Deviations from the plan (PLAN.md)")[1].strip() == "1. A deviation, with its reason."
 
     # Run again: it resumes, trains nothing, and the interim decision stands.
     before = _digests(out)

@@ -281,15 +281,28 @@ def verdict(estimate: Mapping[str, float], power: Mapping[str, Any]) -> str:
     )
 
 
+def plan_deviations(out: Path) -> list[str]:
+    """The lines of PLAN.md's deviations section: the report lists them beside the results they
+    affect, as the plan is what the results are judged against."""
+    plan = out / "PLAN.md"
+    if not plan.is_file():
+        return [f"No PLAN.md in {out}: the design these results would be judged against is not recorded."]
+    _, found, rest = plan.read_text().partition("\n## Deviations\n")
+    section = rest.split("\n## ")[0].strip() if found else ""
+    return section.splitlines() if section else ["None: the study ran as PLAN.md says."]
+
+
 def study_section(
     results: Mapping[str, Any],
     interim: Mapping[str, Any] | None,
     gate: Mapping[str, Any],
     probes: Mapping[str, Any],
     overlaps: Mapping[str, int],
+    deviations: Sequence[str],
 ) -> str:
     """report.md's study section: the primary endpoint per arm with its interval and MDD, the
-    interim decision, the gate per seed, mixed-group shares and the distillation probe."""
+    interim decision, the gate per seed, mixed-group shares, the distillation probe and the
+    deviations from the plan."""
     lines = ["", "## Study v3 (pre-registered in PLAN.md)", ""]
     lines += [f"### Primary endpoint: paired final held-out {PRIMARY}", ""]
     for name, entry in results["paired"].items():
@@ -321,6 +334,7 @@ def study_section(
     if not probes["arms"]:
         lines.append("- not measured yet")
     lines += ["", "### Task plan", "", ", ".join(f"{k}: {n}" for k, n in overlaps.items())]
+    lines += ["", "### Deviations from the plan (PLAN.md)", "", *deviations]
     return "\n".join(lines) + "\n"
 
 
@@ -355,7 +369,8 @@ def report(base: Config, arms: Sequence[str], seeds: Sequence[int], out: Path, g
     interim = json.loads(interim_path.read_text()) if interim_path.is_file() else None
     per_seed = gate_per_seed(gate, seeds, gate_tasks)
     probes = probe_summary(read_probes(base, arms, seeds, out))
-    path.write_text(path.read_text() + study_section(results, interim, per_seed, probes, overlaps))
+    section = study_section(results, interim, per_seed, probes, overlaps, plan_deviations(out))
+    path.write_text(path.read_text() + section)
     return {"left_out": left_out, "interim": interim, "gate": per_seed, "probe": probes, "task_plan": overlaps}
 
 
