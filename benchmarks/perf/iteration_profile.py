@@ -67,7 +67,9 @@ def bare_decode_tokens_per_s(policy, contexts, steps: int) -> float:
     from orsd_gym.policies.precision import computing_in
 
     model = policy.model
-    cache_kwarg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    # A LoRA model's forward takes **kwargs: the base model's signature says what the cache is called.
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    cache_kwarg = "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
     ids = torch.tensor(contexts, device=policy.device)
     cache = DynamicCache()
     with computing_in(policy.device.type, policy.inference_dtype, policy.weights_dtype, grad=False):
